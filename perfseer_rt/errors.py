@@ -1,0 +1,32 @@
+"""The small exception family of perfseer-rt.
+
+Every error that a user can cause derives from :class:`PerfSeerError`; the CLI
+prints ``perfseer-rt: error: <message>`` on one line and exits with code 2.
+Messages name the bad value and, where there is one, the next step.
+"""
+
+from __future__ import annotations
+
+
+class PerfSeerError(Exception):
+    """Base class: a problem with the user's input or environment."""
+
+
+class ModelLoadError(PerfSeerError):
+    """The model file is missing, is not ONNX, or is truncated/corrupt."""
+
+
+class ShapeError(PerfSeerError):
+    """A dimension could not be resolved (dynamic dim with no value given)."""
+
+
+class DeviceError(PerfSeerError):
+    """An unknown device, provider or predictor was asked for."""
+
+
+class MetricError(PerfSeerError):
+    """A metric the chosen predictor does not provide was asked for."""
+
+
+class ProfileError(PerfSeerError):
+    """Profiling could not run at all (as opposed to a recorded failed run)."""

@@ -1,0 +1,178 @@
+"""The PerfGraph IR: a model as ``G = (u, V, E)`` (paper 001, section 3.1).
+
+A :class:`PerfGraph` holds plain numpy arrays whose columns are named in
+:mod:`perfseer_rt.graph.layout`; extraction produces it, the predictors and
+``training/`` consume it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfseer_rt.graph import layout
+
+
+@dataclass
+class PerfGraph:
+    """A PerfGraph: node, edge and global features plus topology.
+
+    Attributes:
+        node_names: ONNX node names, one per node (``N``).
+        node_ops: ONNX op types, one per node.
+        x: node features, ``float64[N, len(layout.NODE_COLUMNS)]``.
+        edge_index: ``int64[2, E]``; row 0 source node, row 1 target node.
+        edge_attr: edge features, ``float64[E, len(layout.EDGE_COLUMNS)]``.
+        edge_tensors: the ONNX tensor name carried by each edge.
+        edge_shapes: the full tensor shape carried by each edge.
+        u: global features, ``float64[len(layout.GLOBAL_COLUMNS)]``.
+        feature_version: layout version the arrays follow.
+        unknown_ops: op types that got the generic cost rule.
+        input_shapes: the resolved shape of every graph input.
+    """
+
+    node_names: list[str]
+    node_ops: list[str]
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    edge_tensors: list[str]
+    edge_shapes: list[tuple[int, ...]]
+    u: np.ndarray
+    feature_version: str = layout.FEATURE_VERSION
+    unknown_ops: list[str] = field(default_factory=list)
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    node_columns = layout.NODE_COLUMNS
+    edge_columns = layout.EDGE_COLUMNS
+    global_columns = layout.GLOBAL_COLUMNS
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    def node_column(self, name: str) -> np.ndarray:
+        """One node feature column by name, e.g. ``g.node_column("flops")``."""
+        return self.x[:, _NODE_IDX[name]]
+
+    def edge_column(self, name: str) -> np.ndarray:
+        return self.edge_attr[:, _EDGE_IDX[name]]
+
+    @property
+    def globals(self) -> dict[str, float]:
+        """Global features as a name -> value mapping."""
+        return {name: _num(v) for name, v in zip(layout.GLOBAL_COLUMNS, self.u)}
+
+    # ------------------------------------------------------------------ views
+    def to_networkx(self):
+        """A ``networkx.DiGraph``: node attributes are the named features plus
+        ``op`` and ``name``; parallel tensors between one pair of nodes are
+        merged into one edge whose ``tensors`` attribute lists them."""
+        import networkx as nx
+
+        g = nx.DiGraph(**self.globals, feature_version=self.feature_version)
+        for i, (name, op) in enumerate(zip(self.node_names, self.node_ops)):
+            attrs = {c: _num(v) for c, v in zip(layout.NODE_COLUMNS, self.x[i])}
+            g.add_node(i, name=name, op=op, **attrs)
+        for j in range(self.num_edges):
+            s, t = int(self.edge_index[0, j]), int(self.edge_index[1, j])
+            feats = {c: _num(v) for c, v in zip(layout.EDGE_COLUMNS, self.edge_attr[j])}
+            if g.has_edge(s, t):
+                g.edges[s, t]["tensors"].append(self.edge_tensors[j])
+                g.edges[s, t]["size"] += feats["size"]
+            else:
+                g.add_edge(s, t, tensors=[self.edge_tensors[j]],
+                           shape=list(self.edge_shapes[j]), **feats)
+        return g
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form printed by ``perfseer-rt extract --json``."""
+        nodes = []
+        for i, (name, op) in enumerate(zip(self.node_names, self.node_ops)):
+            row = {"name": name, "op": op}
+            row.update({c: _num(v) for c, v in zip(layout.NODE_COLUMNS, self.x[i])
+                        if not c.startswith("op_")})
+            nodes.append(row)
+        edges = [
+            {"src": int(self.edge_index[0, j]), "dst": int(self.edge_index[1, j]),
+             "tensor": self.edge_tensors[j], "shape": list(self.edge_shapes[j]),
+             **{c: _num(v) for c, v in zip(layout.EDGE_COLUMNS, self.edge_attr[j])}}
+            for j in range(self.num_edges)
+        ]
+        return {
+            "feature_version": self.feature_version,
+            "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
+            "unknown_ops": list(self.unknown_ops),
+            "global": self.globals,
+            "nodes": nodes,
+            "edges": edges,
+        }
+
+    # ------------------------------------------------------------------ files
+    def save_npz(self, path: str | os.PathLike) -> None:
+        """Write the arrays to ``path`` atomically (temp file + rename)."""
+        buf = io.BytesIO()
+        np.savez_compressed(
+            buf,
+            x=self.x, edge_index=self.edge_index, edge_attr=self.edge_attr, u=self.u,
+            node_names=np.array(self.node_names, dtype=str),
+            node_ops=np.array(self.node_ops, dtype=str),
+            edge_tensors=np.array(self.edge_tensors, dtype=str),
+            node_columns=np.array(layout.NODE_COLUMNS, dtype=str),
+            edge_columns=np.array(layout.EDGE_COLUMNS, dtype=str),
+            global_columns=np.array(layout.GLOBAL_COLUMNS, dtype=str),
+            feature_version=np.array(self.feature_version),
+        )
+        atomic_write_bytes(path, buf.getvalue())
+
+    @classmethod
+    def load_npz(cls, path: str | os.PathLike) -> "PerfGraph":
+        with np.load(path, allow_pickle=False) as z:
+            version = str(z["feature_version"])
+            if version != layout.FEATURE_VERSION:
+                from perfseer_rt.errors import PerfSeerError
+                raise PerfSeerError(
+                    f"{path}: feature layout {version!r}, this perfseer-rt reads "
+                    f"{layout.FEATURE_VERSION!r}; re-extract the model")
+            return cls(
+                node_names=[str(s) for s in z["node_names"]],
+                node_ops=[str(s) for s in z["node_ops"]],
+                x=z["x"], edge_index=z["edge_index"], edge_attr=z["edge_attr"],
+                edge_tensors=[str(s) for s in z["edge_tensors"]],
+                edge_shapes=[], u=z["u"], feature_version=version)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that no partial file is ever visible."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _num(v: Any) -> float | int:
+    """A numpy scalar as a plain Python int where integral, else float."""
+    f = float(v)
+    return int(f) if f.is_integer() and abs(f) < 2**53 else f
+
+
+_NODE_IDX = layout.column_index(layout.NODE_COLUMNS)
+_EDGE_IDX = layout.column_index(layout.EDGE_COLUMNS)
