@@ -1,0 +1,121 @@
+"""Warm-up and timed repetition of one run, and the statistics of the samples.
+
+Timing uses the host clock ``time.perf_counter_ns``; each sample is the wall
+time of one call of ``run_once`` (which must return only when its work is
+done: onnxruntime's ``run`` and ``run_with_iobinding`` synchronise the CUDA
+stream before they return).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long to warm up and how long to measure.
+
+    The timed loop stops when both ``min_runs`` runs and ``min_time_s``
+    seconds are reached, or at ``max_runs`` runs, or after ``max_time_s``
+    seconds once at least ``3`` runs were timed (very slow models).
+
+    Attributes:
+        min_runs: least number of timed runs (default 10).
+        min_time_s: least total time of the timed window, seconds (0.5 on CPU;
+            use >= 1.0 on a GPU so NVML utilization and energy have a window).
+        max_runs: most timed runs (default 10000).
+        max_time_s: time after which the loop stops once 3 runs exist, s.
+        warmup_runs: least number of untimed runs first (default 3).
+        warmup_time_s: least warm-up time, seconds (default 0.1).
+    """
+
+    min_runs: int = 10
+    min_time_s: float = 0.5
+    max_runs: int = 10_000
+    max_time_s: float = 30.0
+    warmup_runs: int = 3
+    warmup_time_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.min_runs < 1 or self.max_runs < self.min_runs:
+            raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
+        if self.min_time_s < 0 or self.max_time_s < self.min_time_s:
+            raise ValueError(f"need 0 <= min_time_s <= max_time_s, got {self.min_time_s}, "
+                             f"{self.max_time_s}")
+        if self.warmup_runs < 0 or self.warmup_time_s < 0:
+            raise ValueError("warm-up runs and time must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "MeasureSettings":
+        return cls(**(d or {}))
+
+
+def warm_up(run_once: Callable[[], object], settings: MeasureSettings) -> int:
+    """Run untimed until ``warmup_runs`` and ``warmup_time_s`` are both met.
+
+    Returns the number of warm-up runs done.
+    """
+    runs = 0
+    t0 = time.perf_counter()
+    while runs < settings.warmup_runs or (time.perf_counter() - t0) < settings.warmup_time_s:
+        run_once()
+        runs += 1
+        if runs >= settings.max_runs:
+            break
+    return runs
+
+
+def timed_loop(run_once: Callable[[], object],
+               settings: MeasureSettings) -> tuple[list[int], int]:
+    """Time repeated calls of ``run_once``.
+
+    Returns one duration per run and the wall time of the whole loop, both ns.
+    """
+    samples: list[int] = []
+    clock = time.perf_counter_ns
+    start = clock()
+    min_ns = int(settings.min_time_s * 1e9)
+    max_ns = int(settings.max_time_s * 1e9)
+    while True:
+        t0 = clock()
+        run_once()
+        t1 = clock()
+        samples.append(t1 - t0)
+        elapsed = t1 - start
+        n = len(samples)
+        if n >= settings.max_runs:
+            break
+        if n >= settings.min_runs and elapsed >= min_ns:
+            break
+        if elapsed >= max_ns and n >= min(3, settings.min_runs):
+            break
+    return samples, clock() - start
+
+
+def latency_stats(samples_ns: list[int], wall_ns: int | None = None) -> dict[str, float | int]:
+    """Median, mean, min, p90 (ms) and CV (std / mean) of duration samples in ns.
+
+    ``window_s`` is ``wall_ns`` in seconds when given, else the samples' sum.
+    """
+    if not samples_ns:
+        raise ValueError("no samples")
+    ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
+    mean = float(ms.mean())
+    std = float(ms.std(ddof=1)) if ms.size > 1 else 0.0
+    return {
+        "latency_ms": float(np.median(ms)),
+        "latency_mean_ms": mean,
+        "latency_min_ms": float(ms.min()),
+        "latency_p90_ms": float(np.percentile(ms, 90)),
+        "latency_cv": std / mean if mean > 0 else math.nan,
+        "runs": int(ms.size),
+        "window_s": float(wall_ns / 1e9) if wall_ns is not None else float(ms.sum() / 1e3),
+    }
