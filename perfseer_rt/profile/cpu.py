@@ -1,0 +1,86 @@
+"""CPU inference measurement, run inside the measuring (child) process.
+
+onnxruntime's CPU execution provider with an explicit intra-op thread count
+(1 by default), inter-op 1, sequential execution. Latency: warm-up, then
+timed runs until the minimum count and window are both reached. Peak memory:
+``VmHWM`` of this process over its RSS at the start (after onnxruntime was
+imported, before the session), with the high-water mark reset through
+``/proc/self/clear_refs`` so that one worker can measure many models. Call
+it through :mod:`perfseer_rt.profile.api`, which runs it in a child process.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any, Mapping, Sequence
+
+from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.profile import hostmem
+from perfseer_rt.profile.inputs import make_inputs
+from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
+from perfseer_rt.profile.session import build_session, provider_name
+from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
+
+
+def measure_cpu(model: str, *, batch: int | None = None,
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                threads: int = 1, settings: MeasureSettings | None = None,
+                baseline_kib: int | None = None) -> dict[str, Any]:
+    """Measure one model on the CPU provider in this process.
+
+    Args:
+        model: path to the ONNX file.
+        batch, input_shapes: see :func:`perfseer_rt.profile.inputs.resolve_shapes`.
+        threads: intra-op threads (default 1).
+        settings: warm-up and window (defaults of :class:`MeasureSettings`).
+        baseline_kib: RSS baseline taken by the caller; when None one is
+            taken here (resetting the high-water mark).
+
+    Returns:
+        A record (see :mod:`perfseer_rt.profile.record`); a model that fails
+        to load or run gives status ``"error"``/``"oom"``. User errors
+        (unknown provider, unresolved shapes) raise PerfSeerError.
+    """
+    settings = settings or MeasureSettings()
+    common = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
+                  model=str(model))
+    if baseline_kib is None:
+        baseline_kib = hostmem.start_baseline()
+    notes: list[str] = []
+    if baseline_kib is None:
+        notes.append("VmHWM could not be reset: peak is over the process start")
+        baseline_kib = hostmem.rss_kib()
+    handle = session = feeds = None
+    try:
+        t0 = time.perf_counter()
+        handle = build_session(model, "cpu", threads=threads)
+        session_ms = (time.perf_counter() - t0) * 1e3
+        session = handle.session
+        feeds = make_inputs(session, batch=batch, input_shapes=input_shapes)
+        run = lambda: session.run(None, feeds)  # noqa: E731
+        warmups = warm_up(run, settings)
+        samples, wall_ns = timed_loop(run, settings)
+        peak = hostmem.hwm_kib()
+        rec = new_record(
+            status=STATUS_OK, **latency_stats(samples, wall_ns), warmup_runs=warmups,
+            session_ms=session_ms,
+            peak_mem_mb=(peak - baseline_kib) / 1024 if peak and baseline_kib else None,
+            peak_mem_process_mb=peak / 1024 if peak else None,
+            peak_mem_method="vmhwm" if peak else None,
+            provider_used=handle.provider_used, provider_options=handle.provider_options,
+            input_shapes={k: list(v.shape) for k, v in feeds.items()},
+            input_dtypes={k: str(v.dtype) for k, v in feeds.items()},
+            notes=notes, **common)
+    except PerfSeerError:
+        raise
+    except MemoryError as exc:
+        rec = failure_record(f"MemoryError: {exc}", status="oom", **common)
+    except Exception as exc:  # onnxruntime load/run failure: record it
+        rec = failure_record(f"{type(exc).__name__}: {exc}", **common)
+        if handle is not None:
+            rec["provider_used"] = handle.provider_used
+    finally:
+        del session, handle, feeds
+        gc.collect()
+    return rec
