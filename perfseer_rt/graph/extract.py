@@ -59,9 +59,11 @@ def extract(model, batch: int | None = None,
     if not nodes:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
 
-    needed = {t for n in nodes for t in list(n.input) + list(n.output) if t}
-    shapes, engine = infer_shapes(sk, needed)
-    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed)
+    needed = {t for n in nodes for t in _costed_tensors(n)}
+    kept_set = set(kept)
+    folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
+    shapes, engine = infer_shapes(sk, needed, folded)
+    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded)
     missing = sorted(needed - shapes.keys())
     if missing:
         raise ShapeError(
@@ -76,7 +78,8 @@ def extract(model, batch: int | None = None,
     for k, node in enumerate(nodes):
         op = node.op_type
         params = PARAM_INPUTS.get(op, frozenset())
-        ins = [_info(t, shapes) if t else None for t in node.input]
+        ins = [_info(t, shapes) if t and pos not in params else None
+               for pos, t in enumerate(node.input)]
         outs = [_info(t, shapes) for t in node.output if t]
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
                  if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
@@ -143,6 +146,13 @@ def extract(model, batch: int | None = None,
         unknown_ops=unknown, input_shapes=inputs)
 
 
+def _costed_tensors(node) -> list[str]:
+    """Tensors whose shapes the costs need: outputs and non-parameter inputs."""
+    params = PARAM_INPUTS.get(node.op_type, frozenset())
+    return [t for pos, t in enumerate(node.input) if t and pos not in params] + \
+        [t for t in node.output if t]
+
+
 def _itemsize(elem_type: int) -> int:
     size = _ITEMSIZE.get(elem_type)
     if size is None:
@@ -175,7 +185,7 @@ def _edge_row(typed) -> list[float]:
     return [size, *map(float, slots), float(_itemsize(elem))]
 
 
-def _assume_unknown_op_shapes(sk, nodes, shapes, needed):
+def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded):
     """Outputs of ops no engine can infer (custom domains) are assumed to keep
     the shape and type of their first input; inference is re-run from there
     so that the rest of the graph resolves. Documented generic rule."""
@@ -190,7 +200,7 @@ def _assume_unknown_op_shapes(sk, nodes, shapes, needed):
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o in n.output if o and o not in shapes]
         sk.graph.value_info.extend(extra)
-        new, _ = infer_shapes(sk, needed)
+        new, _ = infer_shapes(sk, needed, folded)
         if len(new) <= len(shapes):
             return shapes
         shapes = new

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -155,21 +156,40 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
     return out
 
 
-def infer_shapes(sk: onnx.ModelProto, needed: set[str]) -> tuple[dict[str, TypedShape], str]:
-    """Infer static shapes; returns them and which engine produced them.
-
-    ``needed`` are the tensors the caller must have shapes for; when onnx's
-    inference leaves any of them unresolved, onnxruntime's symbolic shape
-    inference is tried and the result with more resolved tensors is kept.
-    """
+def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False,
-                                                     data_prop=True)
-        shapes = _collect(inferred)
-        engine = "onnx"
+        return _collect(onnx.shape_inference.infer_shapes(
+            sk, check_type=False, strict_mode=False, data_prop=True))
     except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as exc:
         log.debug("onnx shape inference failed: %s", exc)
-        shapes, engine = _collect(sk), "none"
+        return None
+
+
+def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodeProto] = ()
+                 ) -> tuple[dict[str, TypedShape], str]:
+    """Infer static shapes; returns them and which engine produced them.
+
+    ``needed`` are the tensors the caller must have shapes for. When onnx's
+    inference (with data propagation) leaves some unresolved, the values of
+    the ``folded`` (constant) nodes are computed with onnx's reference
+    evaluator and injected as initializers, and inference runs again; as a
+    last resort onnxruntime's symbolic shape inference is tried.
+    """
+    shapes = _onnx_infer(sk) or _collect(sk)
+    engine = "onnx"
+    values: dict[str, np.ndarray] = {}
+    for _ in range(8):
+        if not needed - shapes.keys() or not folded:
+            break
+        new = evaluate_constants(sk, folded, shapes, values)
+        if not new:
+            break
+        values.update(new)
+        again = _onnx_infer(_with_values(sk, values))
+        if again is None:
+            break
+        shapes.update(again)
+        engine = "onnx+constant-evaluation"
     missing = needed - shapes.keys()
     if not missing:
         return shapes, engine
@@ -188,3 +208,74 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str]) -> tuple[dict[str, Typed
         merged.update(sym_shapes)
         return merged, "onnxruntime-symbolic"
     return shapes, engine
+
+
+def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
+                       shapes: dict[str, TypedShape], known: dict[str, np.ndarray]
+                       ) -> dict[str, np.ndarray]:
+    """Values of the folded nodes that can be computed now.
+
+    ``Shape``/``Size`` take their input's inferred shape; other folded nodes
+    run in onnx's reference evaluator when all their inputs have values
+    (initializers with data, or earlier results). Nodes that need weights
+    without data, or shapes not yet inferred, wait for a later round.
+    """
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    avail: dict[str, np.ndarray] = dict(known)
+    for init in sk.graph.initializer:
+        if init.name not in avail:
+            avail[init.name] = numpy_helper.to_array(init)
+    new: dict[str, np.ndarray] = {}
+    pending: list[onnx.NodeProto] = []
+    ready = set(avail)
+    for node in folded:
+        outs = [o for o in node.output if o]
+        if all(o in avail for o in outs):
+            continue
+        if node.op_type in ("Shape", "Size"):
+            if node.input[0] in shapes:
+                dims = np.array(shapes[node.input[0]][1], dtype=np.int64)
+                if node.op_type == "Size":
+                    val = np.array(int(np.prod(dims)), dtype=np.int64)
+                else:
+                    attrs = {a.name: a.i for a in node.attribute}
+                    val = dims[attrs.get("start", 0):attrs.get("end")]
+                avail[outs[0]] = new[outs[0]] = val
+                ready.add(outs[0])
+            continue
+        if all(i == "" or i in ready for i in node.input):
+            pending.append(node)
+            ready.update(outs)
+    if pending:
+        inputs = sorted({i for n in pending for i in n.input if i and i in avail})
+        graph = helper.make_graph(
+            pending, "constants", [],
+            [onnx.ValueInfoProto(name=o) for n in pending for o in n.output if o],
+            initializer=[numpy_helper.from_array(np.asarray(avail[i]), i) for i in inputs])
+        model = helper.make_model(graph, opset_imports=list(sk.opset_import))
+        try:
+            outs = ReferenceEvaluator(model).run(None, {})
+        except Exception as exc:  # noqa: BLE001 - unsupported op: leave those unresolved
+            log.debug("constant evaluation failed: %s", exc)
+            return new
+        names = [o for n in pending for o in n.output if o]
+        new.update({n: np.asarray(v) for n, v in zip(names, outs)})
+    return new
+
+
+def _with_values(sk: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The skeleton with computed constants as initializers and their
+    producing nodes removed."""
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(sk)
+    keep = [n for n in out.graph.node if not all(o in values for o in n.output if o)]
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    have = {t.name for t in out.graph.initializer}
+    out.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k)
+                                 for k, v in values.items() if k not in have)
+    return out

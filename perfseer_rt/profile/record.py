@@ -15,7 +15,8 @@ Fields (see :data:`RECORD_FIELDS` for the full order):
 - ``latency_mean_ms``, ``latency_min_ms``, ``latency_p90_ms``: the same
   samples' mean, minimum and 90th percentile, milliseconds.
 - ``latency_cv``: coefficient of variation of the samples, std / mean
-  (a fraction, 0.03 = 3 %).
+  (a fraction, 0.03 = 3 %); ``latency_robust_cv``: 1.4826 * MAD / median,
+  insensitive to a few preempted runs.
 - ``runs``: number of timed runs; ``window_s``: their total wall time, s.
 - ``warmup_runs``: untimed runs before the window.
 - ``session_ms``: wall time to create the session, milliseconds.
@@ -58,6 +59,7 @@ STATUSES = (STATUS_OK, STATUS_OOM, STATUS_ERROR)
 RECORD_FIELDS = (
     "status", "error",
     "latency_ms", "latency_mean_ms", "latency_min_ms", "latency_p90_ms", "latency_cv",
+    "latency_robust_cv",
     "runs", "window_s", "warmup_runs", "session_ms",
     "peak_mem_mb", "peak_mem_process_mb", "peak_mem_method",
     "sm_util_pct", "proc_sm_util_pct", "gpm_sm_active_pct", "gpm_sm_occupancy_pct",

@@ -103,6 +103,9 @@ def timed_loop(run_once: Callable[[], object],
 def latency_stats(samples_ns: list[int], wall_ns: int | None = None) -> dict[str, float | int]:
     """Median, mean, min, p90 (ms) and CV (std / mean) of duration samples in ns.
 
+    ``latency_robust_cv`` is 1.4826 * MAD / median, which a few outliers (a
+    preempted run on a shared machine) do not inflate.
+
     ``window_s`` is ``wall_ns`` in seconds when given, else the samples' sum.
     """
     if not samples_ns:
@@ -110,12 +113,15 @@ def latency_stats(samples_ns: list[int], wall_ns: int | None = None) -> dict[str
     ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
     mean = float(ms.mean())
     std = float(ms.std(ddof=1)) if ms.size > 1 else 0.0
+    median = float(np.median(ms))
+    mad = float(np.median(np.abs(ms - median)))
     return {
-        "latency_ms": float(np.median(ms)),
+        "latency_ms": median,
         "latency_mean_ms": mean,
         "latency_min_ms": float(ms.min()),
         "latency_p90_ms": float(np.percentile(ms, 90)),
         "latency_cv": std / mean if mean > 0 else math.nan,
+        "latency_robust_cv": 1.4826 * mad / median if median > 0 else math.nan,
         "runs": int(ms.size),
         "window_s": float(wall_ns / 1e9) if wall_ns is not None else float(ms.sum() / 1e3),
     }

@@ -1,23 +1,31 @@
 """A measuring child process, reusable across models.
 
-Measurements run in a child process started with ``multiprocessing``'s
-``spawn`` method so that (a) the parent's own memory never enters a peak,
-(b) a crash, hang or CUDA fault of one model costs one record, not the
-campaign, and (c) NVML's per-process memory is that of the measurement.
+Measurements run in a child process (``python -m perfseer_rt.profile.child``)
+so that (a) the parent's own memory never enters a peak, (b) a crash, hang
+or CUDA fault of one model costs one record, not the campaign, and (c)
+NVML's per-process memory is that of the measurement. The child imports only
+numpy and onnxruntime (not the parent's ``__main__``, unlike
+``multiprocessing``'s spawn, which would re-import a campaign script and
+torch with it).
 
-Requests and replies cross a pipe as JSON text (no pickled objects). The
-child keeps its baseline honest between models by releasing free heap and
-resetting ``VmHWM`` (:mod:`perfseer_rt.profile.hostmem`); where the reset
-does not work, :class:`ProfileWorker` restarts the child for every model.
+Requests go to the child's stdin and replies come back on its stdout, one
+JSON document per line (no pickled objects); the child points its own
+``sys.stdout`` and fd 1 at stderr first, so library prints cannot corrupt
+the replies. See :mod:`perfseer_rt.profile.child` for how the child keeps
+its memory baseline honest; where ``VmHWM`` cannot be reset,
+:class:`ProfileWorker` restarts the child for every model.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
+import select
 import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from perfseer_rt import errors
@@ -26,67 +34,6 @@ from perfseer_rt.profile.timing import MeasureSettings
 
 DEFAULT_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0
-
-
-def _child_main(conn) -> None:
-    """Child loop: answer ``measure`` requests until ``stop`` or EOF."""
-    os.dup2(2, 1)  # library prints must not reach the parent's stdout (JSON output)
-    sys.stdout = sys.stderr
-    import onnxruntime as ort
-
-    from perfseer_rt.profile import hostmem
-
-    ort.set_default_logger_severity(3)
-    reset_ok = hostmem.reset_hwm() and hostmem.hwm_reset_works()
-    conn.send_bytes(json.dumps({"ready": True, "pid": os.getpid(),
-                                "hwm_reset": reset_ok}).encode())
-    while True:
-        try:
-            req = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            break
-        if req.get("op") == "stop":
-            break
-        try:
-            reply = _dispatch(req, reset_ok)
-        except errors.PerfSeerError as exc:
-            reply = {"user_error": type(exc).__name__, "message": str(exc)}
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent as a record
-            reply = failure_record(f"{type(exc).__name__}: {exc}")
-        conn.send_bytes(json.dumps(reply, default=_json_default).encode())
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, tuple):
-        return list(obj)
-    return str(obj)
-
-
-def _dispatch(req: dict, reset_ok: bool) -> dict:
-    from perfseer_rt.profile import hostmem
-
-    settings = MeasureSettings.from_dict(req.get("settings"))
-    shapes = req.get("input_shapes")
-    if req["provider"] == "cpu":
-        from perfseer_rt.profile.cpu import measure_cpu
-
-        baseline = hostmem.start_baseline() if reset_ok else hostmem.rss_kib()
-        rec = measure_cpu(req["model"], batch=req.get("batch"), input_shapes=shapes,
-                          threads=req.get("threads", 1), settings=settings,
-                          baseline_kib=baseline)
-        if not reset_ok:
-            rec["notes"].append("VmHWM reset unavailable: measured in a fresh process; "
-                                "peak includes start-up")
-        return rec
-    if req["provider"] == "cuda":
-        from perfseer_rt.profile.cuda import measure_cuda
-
-        return measure_cuda(req["model"], batch=req.get("batch"), input_shapes=shapes,
-                            settings=settings, provider_options=req.get("provider_options"),
-                            device_id=req.get("device_id", 0))
-    raise errors.DeviceError(f"unknown provider {req['provider']!r}; choose cpu or cuda")
 
 
 class ProfileWorker:
@@ -113,47 +60,76 @@ class ProfileWorker:
         self.timeout_s = timeout_s
         self.fresh = fresh
         self.hwm_reset: bool | None = None
-        self._proc = None
-        self._conn = None
+        self.pid: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._buf = b""
         self._used = False
 
     # -- process management -------------------------------------------------
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child_main, args=(child,), name="perfseer-profile",
-                           daemon=True)
-        proc.start()
-        child.close()
-        if not parent.poll(START_TIMEOUT_S):
-            proc.kill()
-            raise errors.ProfileError("the measuring process did not start within "
-                                      f"{START_TIMEOUT_S:.0f} s")
-        try:
-            hello = json.loads(parent.recv_bytes())
-        except (EOFError, OSError):
-            proc.join(5)
-            raise errors.ProfileError(f"the measuring process exited at start "
-                                      f"(exit code {proc.exitcode})") from None
-        self.hwm_reset = bool(hello.get("hwm_reset"))
-        self.pid = hello.get("pid")
-        self._proc, self._conn, self._used = proc, parent, False
+        root = str(Path(__file__).resolve().parents[2])  # folder holding perfseer_rt/
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
+                                                      .split(os.pathsep) if p])
+        env["PYTHONUNBUFFERED"] = "1"
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "perfseer_rt.profile.child"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, close_fds=True)
+        self._buf = b""
+        hello = self._read_line(START_TIMEOUT_S)
+        if hello is None:
+            code = self._proc.poll()
+            self._stop(kill=True)
+            raise errors.ProfileError(
+                "the measuring process did not start " + (f"(exit code {code})" if code is not None
+                                                          else f"within {START_TIMEOUT_S:.0f} s"))
+        info = json.loads(hello)
+        self.hwm_reset = bool(info.get("hwm_reset"))
+        self.pid = info.get("pid")
+        self._used = False
 
-    def _stop(self, kill: bool = False) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+    def _read_line(self, timeout_s: float) -> bytes | None:
+        """One reply line, or None on timeout or when the child closed stdout."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _stop(self, kill: bool = False) -> int | None:
+        proc, self._proc = self._proc, None
         if proc is None:
-            return
-        if not kill and proc.is_alive():
+            return None
+        if not kill and proc.poll() is None:
             try:
-                conn.send_bytes(b'{"op": "stop"}')
+                proc.stdin.write(b'{"op": "stop"}\n')
+                proc.stdin.flush()
+                proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
             except OSError:
                 pass
-            proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(10)
-        conn.close()
+        return code
 
     def close(self) -> None:
         """Stop the child process."""
@@ -183,7 +159,7 @@ class ProfileWorker:
         (unresolved shapes, CUDA that does not attach).
         """
         need_fresh = self.fresh or (self.hwm_reset is False and self.provider == "cpu")
-        if self._proc is not None and (not self._proc.is_alive() or (need_fresh and self._used)):
+        if self._proc is not None and (not self._alive() or (need_fresh and self._used)):
             self._stop()
         if self._proc is None:
             self._start()
@@ -193,23 +169,28 @@ class ProfileWorker:
                "settings": (settings or _default_settings(self.provider)).to_dict(),
                "provider_options": dict(provider_options or {}), "device_id": device_id}
         self._used = True
-        self._conn.send_bytes(json.dumps(req).encode())
-        if not self._conn.poll(self.timeout_s):
-            self._stop(kill=True)
-            return failure_record(f"timeout: the measurement ran past {self.timeout_s:.0f} s",
-                                  status="error", model=os.fspath(model), batch=batch)
+        fail = dict(model=os.fspath(model), batch=batch,
+                    provider_requested=_PROVIDER_NAMES[self.provider])
         try:
-            reply = json.loads(self._conn.recv_bytes())
-        except (EOFError, OSError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._stop(kill=True)
-            return failure_record(_death_message(code), status="error",
-                                  model=os.fspath(model), batch=batch)
+            self._proc.stdin.write(json.dumps(req).encode() + b"\n")
+            self._proc.stdin.flush()
+        except OSError:
+            return failure_record(_death_message(self._stop(kill=True)), status="error", **fail)
+        line = self._read_line(self.timeout_s)
+        if line is None:
+            if self._alive():
+                self._stop(kill=True)
+                return failure_record(f"timeout: the measurement ran past {self.timeout_s:.0f} s",
+                                      status="error", **fail)
+            return failure_record(_death_message(self._stop(kill=True)), status="error", **fail)
+        reply = json.loads(line)
         if "user_error" in reply:
             cls = getattr(errors, reply["user_error"], errors.ProfileError)
             raise cls(reply["message"])
         return reply
+
+
+_PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 def _default_settings(provider: str) -> MeasureSettings:
@@ -229,3 +210,4 @@ def _death_message(code: int | None) -> str:
         hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
         return f"the measuring process died from {name}{hint}"
     return f"the measuring process exited with code {code}"
+

@@ -1,0 +1,100 @@
+"""``profile()``: measure one ONNX model on the CPU or a CUDA GPU.
+
+The library entry point behind ``perfseer-rt profile``. It checks the request
+in this process (provider known and available, GPU visible, model file
+present) so that user errors raise at once, then measures in a child process
+(:class:`perfseer_rt.profile.worker.ProfileWorker`) and adds the ``env``
+block. For many models in a row, hold one ``ProfileWorker`` and call
+:func:`finish_record` on each of its records.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Mapping, Sequence
+
+from perfseer_rt.errors import DeviceError, ModelLoadError
+from perfseer_rt.profile.env import environment
+from perfseer_rt.profile.session import check_provider_available, provider_name
+from perfseer_rt.profile.timing import MeasureSettings
+from perfseer_rt.profile.worker import DEFAULT_TIMEOUT_S, ProfileWorker
+
+
+def check_cuda(device_id: int = 0) -> None:
+    """Raise DeviceError unless the CUDA provider exists and NVML sees a GPU."""
+    check_provider_available("cuda")
+    try:
+        from perfseer_rt.profile.nvml import Device
+
+        Device(device_id)
+    except Exception as exc:
+        raise DeviceError(f"CUDA was requested but no NVIDIA GPU {device_id} is visible "
+                          f"({type(exc).__name__}: {exc}); use --provider cpu") from None
+
+
+def finish_record(rec: dict[str, Any], device_id: int = 0, **env_extra: Any) -> dict[str, Any]:
+    """Add the ``env`` block (see :func:`perfseer_rt.profile.env.environment`)."""
+    rec["env"] = environment(gpu_index=device_id, **env_extra)
+    return rec
+
+
+def profile(model: str | os.PathLike | bytes, provider: str = "cpu", *,
+            batch: int | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            threads: int = 1, settings: MeasureSettings | None = None,
+            provider_options: Mapping[str, Any] | None = None, device_id: int = 0,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Measure the inference of one model; returns its record.
+
+    Args:
+        model: ONNX file path or bytes.
+        provider: ``"cpu"`` (CPU execution provider, ``threads`` intra-op
+            threads) or ``"cuda"`` (CUDA provider with IO binding).
+        batch: batch size for a dynamic first input dim.
+        input_shapes: explicit shapes by input name.
+        settings: warm-up and window; defaults: CPU >= 10 runs and >= 0.5 s,
+            CUDA >= 10 runs and >= 1 s.
+        provider_options: CUDA provider options (cudnn_conv_algo_search,
+            use_tf32, arena_extend_strategy, ...).
+        timeout_s: limit for the measurement, seconds.
+
+    Returns:
+        The record described in :mod:`perfseer_rt.profile.record`: status
+        ``"ok"`` with metrics, or ``"oom"``/``"error"`` with the message.
+
+    Raises:
+        DeviceError: unknown provider, provider missing from this onnxruntime,
+            no GPU, or a CUDA session that fell back to the CPU.
+        ModelLoadError: the model file does not exist.
+        ShapeError: a dynamic input dim nothing resolves.
+    """
+    name = provider_name(provider)
+    key = "cuda" if name == "CUDAExecutionProvider" else "cpu"
+    if key == "cuda":
+        check_cuda(device_id)
+    else:
+        check_provider_available(key)
+    tmp = None
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            fd, tmp = tempfile.mkstemp(suffix=".onnx", prefix="perfseer-profile-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(model)
+            path = tmp
+        else:
+            path = os.fspath(model)
+            if not os.path.isfile(path):
+                raise ModelLoadError(f"model file {path!r} does not exist")
+        with ProfileWorker(key, timeout_s=timeout_s) as worker:
+            rec = worker.measure(path, batch=batch, input_shapes=input_shapes,
+                                 threads=threads, settings=settings,
+                                 provider_options=provider_options, device_id=device_id)
+    finally:
+        if tmp:
+            os.unlink(tmp)
+    if tmp:
+        rec["model"] = "<bytes>"
+    if rec.get("provider_requested") is None:
+        rec["provider_requested"] = name
+    return finish_record(rec, device_id)
