@@ -28,7 +28,7 @@ def summary(rec: dict) -> str:
     lines = [f"model      {rec.get('model')}",
              f"provider   {rec.get('provider_used') or rec.get('provider_requested')}"
              f" on {where}" + (f", {rec['threads']} thread(s)" if rec.get("threads") else ""),
-             f"inputs     " + ", ".join(f"{k}:{'x'.join(map(str, v))}"
+             "inputs     " + ", ".join(f"{k}:{'x'.join(map(str, v))}"
                                         for k, v in (rec.get("input_shapes") or {}).items()),
              f"status     {rec.get('status')}"]
     if rec.get("status") != "ok":

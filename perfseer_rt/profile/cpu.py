@@ -81,6 +81,6 @@ def measure_cpu(model: str, *, batch: int | None = None,
         if handle is not None:
             rec["provider_used"] = handle.provider_used
     finally:
-        del session, handle, feeds
+        session = handle = feeds = None
         gc.collect()
     return rec

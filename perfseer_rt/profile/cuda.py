@@ -148,6 +148,6 @@ def measure_cuda(model: str, *, batch: int | None = None,
         if window is not None:
             window.close()
     finally:
-        del iob, values, session, handle, feeds
+        iob = values = session = handle = feeds = None  # noqa: F841 - release before gc
         gc.collect()
     return rec

@@ -43,7 +43,8 @@ class MeasureSettings:
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
-            raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
+            raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, "
+                             f"{self.max_runs}")
         if self.min_time_s < 0 or self.max_time_s < self.min_time_s:
             raise ValueError(f"need 0 <= min_time_s <= max_time_s, got {self.min_time_s}, "
                              f"{self.max_time_s}")
