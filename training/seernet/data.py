@@ -1,0 +1,230 @@
+"""The on-disk dataset that training reads, and the helper that writes its graphs.
+
+Layout of a dataset folder ``DIR`` (written by the dataset builder)::
+
+    DIR/records/*.jsonl   one JSON object per configuration (model x batch x device)
+    DIR/graphs/*.npz      shards of PerfGraph arrays, many graphs per shard
+
+A record holds at least::
+
+    {"arch_id": "a1b2...", "family": "resnet", "batch": 8, "device": "cpu-1t",
+     "status": "ok",                      # anything else = a failed run, skipped
+     "metrics": {"latency_ms": 3.2, "peak_mem_mb": 151.0},
+     "split_arch": "train",               # "train" | "val" | "test", by architecture
+     "split_family": "train",             # "train" | "val" | "test"; held-out families = "test"
+     "graph_key": "resnet/a1b2.../b8"}    # unique over all shards of DIR/graphs
+
+and may carry anything else (``spec``, ``quality``, ``env``, ...). A metric
+value that is missing, non-finite or ``<= 0`` is treated as absent for that
+record. ``split_family`` may use only ``"train"``/``"test"``: a quarter of the
+training architectures then becomes the validation set (by a hash of
+``arch_id``, so it is stable).
+
+A graph shard (:func:`write_graph_shard`) is an ``.npz`` (no pickles) with::
+
+    x           float32[sum N, Fn]   node features of all graphs, concatenated
+    edge_index  int64[2, sum E]      LOCAL node ids (0..N_g-1 within each graph)
+    edge_attr   float32[sum E, Fe]
+    u           float32[G, Fg]
+    node_offsets int64[G + 1]        graph g's nodes are x[node_offsets[g]:node_offsets[g+1]]
+    edge_offsets int64[G + 1]        same for edge_index columns and edge_attr rows
+    keys        str[G]               the graph_key of each graph
+    feature_version, node_columns, edge_columns, global_columns   (layout check)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from perfseer_rt.graph import layout
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.seernet.sample import GraphSample
+
+SPLITS = ("train", "val", "test")
+
+
+class DatasetError(ValueError):
+    """The dataset folder is missing something or does not match the layout."""
+
+
+# ---------------------------------------------------------------- graph shards
+def write_graph_shard(path: str | os.PathLike, keys: Sequence[str], graphs: Sequence) -> None:
+    """Write many graphs (PerfGraph or GraphSample: anything with ``x``,
+    ``edge_index``, ``edge_attr``, ``u``) to one ``.npz`` shard, atomically
+    (temp file + rename: readers never see a partial shard)."""
+    keys = [str(k) for k in keys]
+    if len(keys) != len(graphs):
+        raise ValueError(f"write_graph_shard: {len(keys)} keys for {len(graphs)} graphs")
+    if len(set(keys)) != len(keys):
+        dup = next(k for k, c in Counter(keys).items() if c > 1)
+        raise ValueError(f"write_graph_shard: duplicate key {dup!r}")
+    fn, fe, fg = len(layout.NODE_COLUMNS), len(layout.EDGE_COLUMNS), len(layout.GLOBAL_COLUMNS)
+    xs = [np.asarray(g.x, dtype=np.float32).reshape(-1, fn) for g in graphs]
+    eis = [np.asarray(g.edge_index, dtype=np.int64).reshape(2, -1) for g in graphs]
+    eas = [np.asarray(g.edge_attr, dtype=np.float32).reshape(-1, fe) for g in graphs]
+    us = [np.asarray(g.u, dtype=np.float32).reshape(fg) for g in graphs]
+    for k, g in zip(keys, graphs):
+        version = getattr(g, "feature_version", layout.FEATURE_VERSION)
+        if version != layout.FEATURE_VERSION:
+            raise ValueError(f"graph {k!r} has layout {version!r}, expected {layout.FEATURE_VERSION!r}")
+    node_offsets = np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)
+    edge_offsets = np.concatenate([[0], np.cumsum([e.shape[1] for e in eis])]).astype(np.int64)
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        x=np.concatenate(xs) if xs else np.zeros((0, fn), np.float32),
+        edge_index=np.concatenate(eis, axis=1) if eis else np.zeros((2, 0), np.int64),
+        edge_attr=np.concatenate(eas) if eas else np.zeros((0, fe), np.float32),
+        u=np.stack(us) if us else np.zeros((0, fg), np.float32),
+        node_offsets=node_offsets, edge_offsets=edge_offsets,
+        keys=np.array(keys, dtype=str),
+        feature_version=np.array(layout.FEATURE_VERSION),
+        node_columns=np.array(layout.NODE_COLUMNS), edge_columns=np.array(layout.EDGE_COLUMNS),
+        global_columns=np.array(layout.GLOBAL_COLUMNS),
+    )
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_graph_shard(path: str | os.PathLike) -> dict[str, tuple[np.ndarray, ...]]:
+    """``graph_key -> (x, edge_index, edge_attr, u)`` for every graph of a shard."""
+    with np.load(path, allow_pickle=False) as z:
+        version = str(z["feature_version"])
+        if version != layout.FEATURE_VERSION or tuple(z["node_columns"]) != layout.NODE_COLUMNS \
+                or tuple(z["edge_columns"]) != layout.EDGE_COLUMNS \
+                or tuple(z["global_columns"]) != layout.GLOBAL_COLUMNS:
+            raise DatasetError(f"{path}: feature layout {version!r} (or its columns) differs from "
+                               f"{layout.FEATURE_VERSION!r}; rebuild the dataset's graphs")
+        x, ei, ea, u = z["x"], z["edge_index"], z["edge_attr"], z["u"]
+        no, eo, keys = z["node_offsets"], z["edge_offsets"], [str(k) for k in z["keys"]]
+    return {k: (x[no[g]:no[g + 1]], ei[:, eo[g]:eo[g + 1]], ea[eo[g]:eo[g + 1]], u[g])
+            for g, k in enumerate(keys)}
+
+
+# --------------------------------------------------------------------- records
+def read_records(dataset_dir: str | os.PathLike) -> list[dict]:
+    """Every record of ``DIR/records/*.jsonl`` (files in name order)."""
+    files = sorted(Path(dataset_dir, "records").glob("*.jsonl"))
+    if not files:
+        raise DatasetError(f"{dataset_dir}: no records/*.jsonl; is this a dataset folder?")
+    records = []
+    for f in files:
+        with open(f) as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise DatasetError(f"{f}:{n}: not JSON ({exc.msg})") from None
+    return records
+
+
+def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None = None,
+                 device: str | None = None) -> list[GraphSample]:
+    """The successful records of a dataset joined with their graphs.
+
+    Args:
+        dataset_dir: the dataset folder (layout in the module doc).
+        metrics: keep only these metrics in ``targets`` (default: all).
+        device: keep only records of this device (default: all).
+    """
+    wanted = set(metrics) if metrics is not None else None
+    ok = [r for r in read_records(dataset_dir)
+          if r.get("status") == "ok" and (device is None or r.get("device") == device)]
+    graphs: dict[str, tuple[np.ndarray, ...]] = {}
+    for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
+        graphs.update(read_graph_shard(shard))
+    samples = []
+    for r in ok:
+        key = str(r.get("graph_key", ""))
+        if key not in graphs:
+            raise DatasetError(f"{dataset_dir}: record {r.get('arch_id')!r} batch {r.get('batch')} "
+                               f"points to graph_key {key!r}, which no graphs/*.npz shard holds")
+        x, ei, ea, u = graphs[key]
+        targets = {m: float(v) for m, v in (r.get("metrics") or {}).items()
+                   if (wanted is None or m in wanted) and _positive(v)}
+        samples.append(GraphSample(
+            x=x, edge_index=ei, edge_attr=ea, u=u, targets=targets,
+            arch_id=str(r["arch_id"]), family=str(r.get("family", "")), batch=int(r.get("batch", 0)),
+            split_arch=str(r.get("split_arch", "")), split_family=str(r.get("split_family", "")),
+            key=key, extra={"device": r.get("device")}))
+    return samples
+
+
+# ---------------------------------------------------------------------- splits
+def split_samples(samples: Sequence[GraphSample], scheme: str = "arch") -> dict[str, list[GraphSample]]:
+    """``{"train", "val", "test"} -> samples`` from the ``split_<scheme>`` field.
+
+    ``scheme`` is ``"arch"`` or ``"family"``. Without any ``"val"`` record,
+    the architectures whose ``arch_id`` hash falls in the first quarter move
+    from train to val.
+    """
+    if scheme not in ("arch", "family"):
+        raise ValueError(f"unknown split scheme {scheme!r}; use 'arch' or 'family'")
+    field = f"split_{scheme}"
+    out: dict[str, list[GraphSample]] = {s: [] for s in SPLITS}
+    for s in samples:
+        name = getattr(s, field)
+        if name not in out:
+            raise DatasetError(f"sample {s.key!r}: {field} = {name!r}, expected one of {list(SPLITS)}")
+        out[name].append(s)
+    if not out["val"]:
+        out["val"] = [s for s in out["train"] if _hash_quarter(s.arch_id)]
+        out["train"] = [s for s in out["train"] if not _hash_quarter(s.arch_id)]
+    return out
+
+
+def has_split(samples: Sequence[GraphSample], scheme: str) -> bool:
+    """Whether every sample names its ``split_<scheme>`` and some are test."""
+    names = [getattr(s, f"split_{scheme}") for s in samples]
+    return bool(names) and all(n in SPLITS for n in names) and "test" in names
+
+
+def available_metrics(samples: Sequence[GraphSample]) -> list[str]:
+    """Metric names in order of first appearance."""
+    seen: dict[str, None] = {}
+    for s in samples:
+        for m in s.targets:
+            seen.setdefault(m, None)
+    return list(seen)
+
+
+def dataset_summary(samples: Sequence[GraphSample], metrics: Sequence[str]) -> dict:
+    """Counts and ranges for the manifest and the report."""
+    ci = layout.GLOBAL_COLUMNS.index("flops_total")
+    flops = np.array([s.u[ci] for s in samples], dtype=np.float64)
+    nodes = np.array([s.num_nodes for s in samples])
+    summary = {
+        "configurations": len(samples),
+        "architectures": len({s.arch_id for s in samples}),
+        "families": dict(sorted(Counter(s.family for s in samples).items())),
+        "batch_sizes": sorted({s.batch for s in samples}),
+        "nodes": {"min": int(nodes.min()), "max": int(nodes.max())} if len(nodes) else {},
+        "flops_total": {"min": float(flops.min()), "max": float(flops.max())} if len(flops) else {},
+        "metrics": {},
+    }
+    for m in metrics:
+        vals = np.array([s.targets[m] for s in samples if m in s.targets])
+        summary["metrics"][m] = ({"count": int(len(vals)), "min": float(vals.min()),
+                                  "median": float(np.median(vals)), "max": float(vals.max())}
+                                 if len(vals) else {"count": 0})
+    return summary
+
+
+def _positive(v) -> bool:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(f) and f > 0)
+
+
+def _hash_quarter(arch_id: str) -> bool:
+    return hashlib.sha256(arch_id.encode()).digest()[0] < 64
