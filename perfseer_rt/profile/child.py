@@ -15,14 +15,11 @@ peak for the same model.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from typing import Any
-
 from perfseer_rt import errors
-from perfseer_rt.profile.record import failure_record
 from perfseer_rt.profile.timing import MeasureSettings
+from perfseer_rt.profile.worker import serve
+
+_state: dict = {"hwm_reset": False}
 
 
 def prime_onnxruntime() -> None:
@@ -37,45 +34,20 @@ def prime_onnxruntime() -> None:
     del handle
 
 
-def _child_main() -> None:
-    """Child loop: answer ``measure`` requests from stdin until ``stop`` or EOF."""
-    reply = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # library prints must not reach the reply channel
-    sys.stdout = sys.stderr
+def _hello() -> dict:
     import onnxruntime as ort
 
     from perfseer_rt.profile import hostmem
 
     ort.set_default_logger_severity(3)
     prime_onnxruntime()
-    reset_ok = hostmem.reset_hwm() and hostmem.hwm_reset_works()
-    reply.write(json.dumps({"ready": True, "pid": os.getpid(), "hwm_reset": reset_ok}) + "\n")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req.get("op") == "stop":
-            break
-        try:
-            out = _dispatch(req, reset_ok)
-        except errors.PerfSeerError as exc:
-            out = {"user_error": type(exc).__name__, "message": str(exc)}
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent as a record
-            out = failure_record(f"{type(exc).__name__}: {exc}")
-        reply.write(json.dumps(out, default=_json_default) + "\n")
+    return {"hwm_reset": hostmem.reset_hwm() and hostmem.hwm_reset_works()}
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, tuple):
-        return list(obj)
-    return str(obj)
-
-
-def _dispatch(req: dict, reset_ok: bool) -> dict:
+def _dispatch(req: dict) -> dict:
     from perfseer_rt.profile import hostmem
 
+    reset_ok = _state["hwm_reset"]
     settings = MeasureSettings.from_dict(req.get("settings"))
     shapes = req.get("input_shapes")
     if req["provider"] == "cpu":
@@ -98,5 +70,13 @@ def _dispatch(req: dict, reset_ok: bool) -> dict:
     raise errors.DeviceError(f"unknown provider {req['provider']!r}; choose cpu or cuda")
 
 
+def main() -> None:
+    def hello() -> dict:
+        _state.update(_hello())
+        return dict(_state)
+
+    serve(_dispatch, hello)
+
+
 if __name__ == "__main__":
-    _child_main()
+    main()
