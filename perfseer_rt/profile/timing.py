@@ -28,7 +28,7 @@ class MeasureSettings:
         min_runs: least number of timed runs (default 10).
         min_time_s: least total time of the timed window, seconds (0.5 on CPU;
             use >= 1.0 on a GPU so NVML utilization and energy have a window).
-        max_runs: most timed runs (default 10000).
+        max_runs: most timed runs (default 100000).
         max_time_s: time after which the loop stops once 3 runs exist, s.
         warmup_runs: least number of untimed runs first (default 3).
         warmup_time_s: least warm-up time, seconds (default 0.1).
@@ -36,7 +36,7 @@ class MeasureSettings:
 
     min_runs: int = 10
     min_time_s: float = 0.5
-    max_runs: int = 10_000
+    max_runs: int = 100_000
     max_time_s: float = 30.0
     warmup_runs: int = 3
     warmup_time_s: float = 0.1
