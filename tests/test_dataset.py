@@ -1,0 +1,98 @@
+"""Dataset builder: real (tiny) measurements, atomic shards, resume, splits."""
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from perfseer_rt.profile import ProfileWorker  # noqa: E402
+from training.dataset.build import Builder, Settings, existing  # noqa: E402
+from training.dataset.splits import HELD_OUT_FAMILIES, split_arch, split_family  # noqa: E402
+from training.seernet.data import load_samples, read_records  # noqa: E402
+
+FAMILY = ("mobilenetv3",)
+
+
+def settings(out, target):
+    return Settings(out=str(out), target=target, min_runs=3, min_time_s=0.02,
+                    families=FAMILY, reference=False, shard_size=3)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with ProfileWorker("cpu") as w:
+        yield w
+
+
+def check_consistent(out: Path):
+    records = read_records(out)
+    keys = [(r["arch_id"], r["batch"]) for r in records if not r["reference"]]
+    assert len(keys) == len(set(keys)), "a configuration was measured twice"
+    assert not list(out.rglob("*.tmp")), "a temporary file was left behind"
+    samples = load_samples(out)  # every ok record finds its graph
+    assert len(samples) == sum(r["status"] == "ok" for r in records)
+    return records
+
+
+def test_build_resume_and_records(tmp_path, worker):
+    out = tmp_path / "ds"
+    n = Builder(settings(out, 2), worker, log=lambda *_: None).run()
+    assert n >= 2
+    first = check_consistent(out)
+    ok = [r for r in first if r["status"] == "ok"]
+    assert ok, [r["error"] for r in first]
+    r = ok[0]
+    assert r["metrics"]["latency_ms"] > 0 and r["metrics"]["peak_mem_mb"] > 0
+    assert r["quality"]["runs"] >= 3 and r["quality"]["latency_cv"] is not None
+    assert r["env"]["onnxruntime_version"] and r["provider"]["provider_used"] == "CPUExecutionProvider"
+    assert r["flops"] > 0 and r["graph_key"]
+
+    # resume: a larger target continues the same stream without repeating
+    n2 = Builder(settings(out, n + 2), worker, log=lambda *_: None).run()
+    assert n2 >= n + 2
+    second = check_consistent(out)
+    assert [x["graph_key"] for x in second[: len(first)]] == [x["graph_key"] for x in first]
+    done, count, _ = existing(out)
+    assert count == n2 and len(done) == n2
+
+
+def test_interrupted_build_leaves_whole_shards(tmp_path, worker):
+    out = tmp_path / "ds"
+
+    class Flaky:
+        calls = 0
+
+        def measure(self, *a, **k):
+            Flaky.calls += 1
+            if Flaky.calls == 3:
+                raise KeyboardInterrupt
+            return worker.measure(*a, **k)
+
+    with pytest.raises(KeyboardInterrupt):
+        Builder(settings(out, 10), Flaky(), log=lambda *_: None).run()
+    before = check_consistent(out)
+    assert 1 <= len(before) <= 2  # 2 calls: one or two records (a noisy one is re-measured)
+    for f in (out / "records").glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            json.loads(line)  # every line whole
+    n = Builder(settings(out, 4), worker, log=lambda *_: None).run()
+    assert n >= 4
+    check_consistent(out)
+
+
+def test_splits_never_leak_architectures():
+    ids = [f"{i:016x}" for i in range(4000)]
+    by_split = defaultdict(set)
+    for a in ids:
+        by_split[split_arch(a)].add(a)
+    assert set(by_split) == {"train", "val", "test"}
+    assert not (by_split["train"] & by_split["test"]) and not (by_split["val"] & by_split["test"])
+    shares = {k: len(v) / len(ids) for k, v in by_split.items()}
+    assert shares["train"] == pytest.approx(0.5, abs=0.04)
+    assert shares["val"] == pytest.approx(0.25, abs=0.04)
+    for fam in HELD_OUT_FAMILIES:
+        assert {split_family(a, fam) for a in ids[:50]} == {"test"}
+    assert {split_family(a, "resnet") for a in ids} == {"train", "val"}

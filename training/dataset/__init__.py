@@ -1,0 +1,1 @@
+"""Dataset building: zoo configs -> ONNX -> PerfGraph + measured labels."""

@@ -1,0 +1,5 @@
+import sys
+
+from training.dataset.build import main
+
+sys.exit(main())

@@ -1,0 +1,304 @@
+"""The CPU inference dataset builder: sample -> export -> extract -> profile -> write.
+
+Each architecture from :func:`training.dataset.plan.architecture_stream` is
+exported once (weights included, in a temporary folder), probed at batch 1,
+then measured at up to two more batch sizes chosen from the probe so that a
+run takes ~1 ms..2 s. Every configuration gives one record (successful or
+not) and, when extraction worked, one PerfGraph.
+
+Output layout (read by :mod:`training.seernet.data`)::
+
+    OUT/records/part-00000.jsonl   one JSON record per configuration
+    OUT/graphs/part-00000.npz      the PerfGraphs those records point to
+    OUT/campaign.json              settings and progress of the campaign
+
+Shards are rewritten atomically after every record (npz first, then the
+records), so a campaign killed at any moment leaves only whole files; a
+restart resumes with the next architecture of the same deterministic
+stream, skipping every (architecture, batch) already recorded.
+
+Measurement hygiene: every record keeps its CV; a record with CV above
+``noisy_cv`` is re-measured once and flagged ``quality.noisy`` if it stays
+noisy; a reference set of architectures is re-measured every
+``reference_every`` records (records with ``reference: true``) so that drift
+over the campaign can be stated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.dataset.plan import architecture_stream, pick_batches
+from training.dataset.splits import split_arch, split_family
+
+#: Architectures re-measured through the campaign to detect drift.
+REFERENCE_SPECS = (
+    "resnet:depth=18,width=1.0,res=64",
+    "mobilenetv2:width=1.0,depth=1.0,res=96",
+    "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|",
+)
+
+
+@dataclass
+class Settings:
+    """Campaign settings (recorded in ``campaign.json``)."""
+
+    out: str
+    target: int = 3000          # configurations (excluding reference re-measurements)
+    seed: int = 0
+    threads: int = 1
+    per_arch: int = 3           # batch sizes per architecture (batch 1 probe included)
+    min_runs: int = 10
+    min_time_s: float = 0.4
+    noisy_cv: float = 0.03
+    reference_every: int = 100
+    shard_size: int = 200
+    time_budget_s: float | None = None
+    device: str = "cpu-1t"
+    families: tuple[str, ...] | None = None  # default: every family of the plan
+    reference: bool = True      # re-measure the reference set
+
+
+class ShardWriter:
+    """Accumulates records and graphs of one shard; rewrites both atomically."""
+
+    def __init__(self, out: Path, index: int) -> None:
+        from training.seernet.data import write_graph_shard
+
+        self._write_graphs = write_graph_shard
+        self.records_path = out / "records" / f"part-{index:05d}.jsonl"
+        self.graphs_path = out / "graphs" / f"part-{index:05d}.npz"
+        self.records: list[dict] = []
+        self.keys: list[str] = []
+        self.graphs: list = []
+
+    def add(self, record: dict, graph=None) -> None:
+        if graph is not None:
+            self.keys.append(record["graph_key"])
+            self.graphs.append(graph)
+            self._write_graphs(self.graphs_path, self.keys, self.graphs)
+        self.records.append(record)
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
+        atomic_write_bytes(self.records_path, text.encode())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def existing(out: Path) -> tuple[set[tuple[str, int]], int, int]:
+    """Done (arch_id, batch) pairs, count of non-reference records, next shard index."""
+    done: set[tuple[str, int]] = set()
+    count = 0
+    files = sorted((out / "records").glob("part-*.jsonl"))
+    for f in files:
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if not r.get("reference"):
+                done.add((r["arch_id"], int(r["batch"])))
+                count += 1
+    nxt = int(files[-1].stem.split("-")[1]) + 1 if files else 0
+    return done, count, nxt
+
+
+class Builder:
+    """Runs one campaign; see the module docstring."""
+
+    def __init__(self, settings: Settings, worker, log=print) -> None:
+        from perfseer_rt.profile import MeasureSettings
+
+        self.s = settings
+        self.out = Path(settings.out)
+        for sub in ("records", "graphs"):
+            (self.out / sub).mkdir(parents=True, exist_ok=True)
+        self.worker = worker
+        self.log = log
+        self.measure_settings = MeasureSettings(min_runs=settings.min_runs,
+                                                min_time_s=settings.min_time_s, max_time_s=20.0)
+        self.done, self.count, shard_index = existing(self.out)
+        self.shard_index = shard_index
+        self.shard = ShardWriter(self.out, shard_index)
+        self.tmp = Path(tempfile.mkdtemp(prefix="psrt-build-"))
+        self.since_reference = 0
+        self.env = None
+
+    # ----------------------------------------------------------------- pieces
+    def _env(self) -> dict:
+        if self.env is None:
+            from perfseer_rt.profile import environment
+            self.env = environment(gpu_index=None)
+        return self.env
+
+    def _write(self, record: dict, graph=None) -> None:
+        self.shard.add(record, graph)
+        if len(self.shard) >= self.s.shard_size:
+            self.shard_index += 1
+            self.shard = ShardWriter(self.out, self.shard_index)
+
+    def _measure(self, path: Path, batch: int) -> dict:
+        rec = self.worker.measure(path, batch=batch, threads=self.s.threads,
+                                  settings=self.measure_settings)
+        cv = rec.get("latency_cv")
+        if rec.get("status") == "ok" and cv is not None and cv > self.s.noisy_cv:
+            again = self.worker.measure(path, batch=batch, threads=self.s.threads,
+                                        settings=self.measure_settings)
+            again_cv = again.get("latency_cv")
+            if again.get("status") == "ok" and again_cv is not None and again_cv < cv:
+                rec = again
+            rec["remeasured"] = True
+        return rec
+
+    def _record(self, cfg, spec: str, batch: int, rec: dict, graph, reference: bool) -> dict:
+        status = rec.get("status", "error")
+        metrics = {}
+        if status == "ok":
+            metrics = {k: rec[k] for k in ("latency_ms", "peak_mem_mb")
+                       if rec.get(k) is not None}
+        cv = rec.get("latency_cv")
+        quality = {k: rec.get(k) for k in ("latency_cv", "latency_robust_cv", "runs", "window_s",
+                                           "warmup_runs", "latency_min_ms", "latency_mean_ms",
+                                           "latency_p90_ms", "peak_mem_method", "session_ms")}
+        quality["remeasured"] = bool(rec.get("remeasured"))
+        quality["noisy"] = bool(status == "ok" and cv is not None and cv > self.s.noisy_cv)
+        g = graph.globals if graph is not None else {}
+        return {
+            "kind": "inference", "arch_id": cfg.arch_id, "family": cfg.family, "spec": spec,
+            "config": json.loads(cfg.to_json()), "batch": batch, "device": self.s.device,
+            "status": status, "error": rec.get("error"), "metrics": metrics, "quality": quality,
+            "flops": g.get("flops_total"), "params": g.get("params_total"),
+            "nodes": g.get("num_nodes"),
+            "provider": {k: rec.get(k) for k in ("provider_requested", "provider_used",
+                                                 "provider_options", "threads")},
+            "input_shapes": rec.get("input_shapes"),
+            "split_arch": split_arch(cfg.arch_id),
+            "split_family": split_family(cfg.arch_id, cfg.family),
+            "graph_key": f"{cfg.family}/{cfg.arch_id}/b{batch}" if graph is not None else None,
+            "reference": reference, "env": self._env(),
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def run_architecture(self, cfg, rng: random.Random, reference: bool = False) -> int:
+        """Export, probe and measure one architecture; returns records written."""
+        from perfseer_rt import extract
+        from training.zoo import export_onnx, to_spec
+
+        spec = to_spec(cfg)
+        path = self.tmp / f"{cfg.arch_id}.onnx"
+        try:
+            export_onnx(cfg, path)
+        except Exception as exc:  # noqa: BLE001 - an unexportable config is logged, not fatal
+            self.log(f"export failed for {spec}: {exc}")
+            return 0
+        written = 0
+        try:
+            batches = [1]
+            i = 0
+            while i < len(batches):
+                batch = batches[i]
+                i += 1
+                if not reference and (cfg.arch_id, batch) in self.done:
+                    continue
+                try:
+                    graph = extract(path, batch=batch)
+                except Exception as exc:  # noqa: BLE001 - recorded as a failed config
+                    graph, rec = None, {"status": "error", "error": f"extract: {exc}"}
+                else:
+                    rec = self._measure(path, batch)
+                self._write(self._record(cfg, spec, batch, rec, graph, reference), graph)
+                written += 1
+                if not reference:
+                    self.done.add((cfg.arch_id, batch))
+                if batch == 1 and not reference and rec.get("status") == "ok":
+                    batches += pick_batches(rec["latency_ms"], rng, self.s.per_arch)
+        finally:
+            path.unlink(missing_ok=True)
+            for extra in self.tmp.glob(f"{cfg.arch_id}*"):
+                extra.unlink(missing_ok=True)
+        return written
+
+    def reference_pass(self) -> None:
+        from training.zoo import parse_spec
+
+        if not self.s.reference:
+            return
+        for spec in REFERENCE_SPECS:
+            self.run_architecture(parse_spec(spec), random.Random(0), reference=True)
+
+    def run(self) -> int:
+        """Measure until ``target`` configurations exist or the budget ends."""
+        start = time.monotonic()
+        self._save_campaign("running")
+        self.reference_pass()
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=self.s.target, initial=min(self.count, self.s.target),
+                       unit="cfg", file=sys.stderr, dynamic_ncols=True)
+        except ImportError:  # progress falls back to log lines
+            bar = None
+        stream = architecture_stream(self.s.seed, self.s.families)
+        seen_archs: set[str] = set()
+        while self.count < self.s.target:
+            if self.s.time_budget_s and time.monotonic() - start > self.s.time_budget_s:
+                self.log("time budget reached; stopping cleanly")
+                break
+            cfg = next(stream)
+            arch_rng = random.Random(f"{self.s.seed}/{cfg.arch_id}")
+            if cfg.arch_id in seen_archs or (cfg.arch_id, 1) in self.done:
+                seen_archs.add(cfg.arch_id)  # measured before (this run or a resumed one)
+                continue
+            seen_archs.add(cfg.arch_id)
+            n = self.run_architecture(cfg, arch_rng)
+            self.count += n
+            self.since_reference += n
+            if bar is not None:
+                bar.update(n)
+            else:
+                self.log(f"{self.count}/{self.s.target} configurations")
+            if self.since_reference >= self.s.reference_every:
+                self.reference_pass()
+                self.since_reference = 0
+        self.reference_pass()
+        if bar is not None:
+            bar.close()
+        self._save_campaign("done" if self.count >= self.s.target else "stopped")
+        return self.count
+
+    def _save_campaign(self, state: str) -> None:
+        doc = {"settings": asdict(self.s), "state": state, "configurations": self.count,
+               "env": self._env(), "measure_settings": self.measure_settings.to_dict(),
+               "reference_specs": list(REFERENCE_SPECS),
+               "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        atomic_write_bytes(self.out / "campaign.json", json.dumps(doc, indent=2).encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.dataset",
+                                 description="Build the CPU inference dataset (resumable).")
+    ap.add_argument("--out", required=True, help="dataset folder (created or resumed)")
+    ap.add_argument("--target", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--min-time", type=float, default=0.4, help="timed window per config, s")
+    ap.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
+    ap.add_argument("--device", default="cpu-1t", help="device name recorded in every record")
+    ap.add_argument("--families", default=None, help="comma-separated subset of families")
+    args = ap.parse_args(argv)
+    from perfseer_rt.profile import ProfileWorker
+
+    settings = Settings(out=args.out, target=args.target, seed=args.seed, threads=args.threads,
+                        min_time_s=args.min_time, time_budget_s=args.time_budget,
+                        device=args.device,
+                        families=tuple(args.families.split(",")) if args.families else None)
+    with ProfileWorker("cpu") as worker:
+        n = Builder(settings, worker).run()
+    print(f"{n} configurations in {args.out}")
+    return 0
