@@ -1,0 +1,46 @@
+"""Zoo configs made ready to measure: ONNX export (inference) and module + inputs (training).
+
+Both run in worker processes: :func:`export_case` in the inference
+campaign's export pool, :func:`build_train_case` inside the training-step
+worker (:class:`training.profile_train.TrainWorker`). The zoo module is
+named by the environment variable ``PERFSEER_CAMPAIGN_ZOO`` (default
+``training.zoo``) so tests can use a stand-in with the same API.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+
+ZOO_ENV = "PERFSEER_CAMPAIGN_ZOO"
+
+
+def _zoo(name: str | None = None):
+    return importlib.import_module(name or os.environ.get(ZOO_ENV) or "training.zoo")
+
+
+def export_case(config_json: str, path: str, zoo_name: str | None = None) -> dict:
+    """Export one architecture (dynamic batch) to ``path``; returns path, export_s, onnx_bytes.
+
+    Weights are written (deterministic, from the zoo): onnxruntime needs them
+    to run. Raises whatever the exporter raises (the campaign records it).
+    """
+    zoo = _zoo(zoo_name)
+    cfg = zoo.ModelConfig.from_dict(json.loads(config_json))
+    t0 = time.perf_counter()
+    zoo.export_onnx(cfg, path, batch=None)
+    return {"path": path, "export_s": time.perf_counter() - t0,
+            "onnx_bytes": os.path.getsize(path)}
+
+
+def build_train_case(config: dict, batch: int):
+    """``(module, inputs)`` of a zoo config at ``batch`` for a training step."""
+    import torch
+
+    zoo = _zoo()
+    cfg = zoo.ModelConfig.from_dict(config)
+    module = zoo.build_model(cfg)
+    inputs = [torch.from_numpy(a) for a in zoo.example_inputs(cfg, batch).values()]
+    return module, inputs
