@@ -1,0 +1,62 @@
+"""The report command end to end, on a tiny synthetic dataset.
+
+This is a mechanics test only: random-feature graphs with a learnable
+synthetic target, a couple of epochs. The numbers it produces say nothing
+about accuracy on real hardware data.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+from training.seernet import data
+from training.seernet.export import run_onnx
+from training.seernet.report import main
+from training.seernet.sample import concat_graphs
+from training.seernet.synthetic import write_synthetic_dataset
+from training.seernet.train import load_checkpoint
+
+
+def test_report_end_to_end(tmp_path, capsys):
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=16, batches=(1, 4), max_nodes=12)
+    out, exp = tmp_path / "report", tmp_path / "exported"
+    rc = main(["--dataset", str(ds), "--out", str(out), "--epochs", "2", "--threads", "1",
+               "--export-dir", str(exp), "--quiet"])
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    models = ["seernet", "seernet_multi", "mlp_node", "pmgns", "eagle", "kernel_additive", "gbm"]
+    for split in ("arch", "family"):
+        res = report["splits"][split]
+        assert list(res["models"]) == models
+        for r in res["models"].values():
+            for m in ("latency_ms", "peak_mem_mb"):
+                s = r["metrics"][m]
+                assert s["count"] == res["sizes"]["test"] and s["mape"] >= 0 and 0 <= s["within_10"] <= 100
+        assert (out / "plots" / f"{split}_latency_ms.png").stat().st_size > 1000
+    assert report["splits"]["family"]["test_families"] == ["fam0"]
+    md = (out / "report.md").read_text()
+    assert "| SeerNet |" in md and "Family-held-out split" in md and "plots/arch_peak_mem_mb.png" in md
+    assert "mean MAPE" in capsys.readouterr().out
+
+    # checkpoints rebuild the model with their normalization
+    model, norm, metrics, ckpt = load_checkpoint(out / "checkpoints" / "arch" / "seernet_multi.pt")
+    assert metrics == ["latency_ms", "peak_mem_mb"] and ckpt["config"]["num_outputs"] == 2
+
+    # exported predictors answer in metric units and agree with the report's SeerNet
+    manifest = json.loads((exp / "manifest.json").read_text())
+    assert [m["file"] for m in manifest["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
+    assert manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"] == \
+        report["splits"]["arch"]["models"]["seernet"]["metrics"]["latency_ms"]["mape"]
+    samples = data.load_samples(ds)
+    test = data.split_samples(samples, "arch")["test"]
+    a = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
+                      [s.u for s in test])
+    y = run_onnx(exp / "seernet.onnx", **a)
+    assert y.shape == (len(test), 2) and (y > 0).all()
+    true = np.array([[s.targets["latency_ms"], s.targets["peak_mem_mb"]] for s in test])
+    mape = float(np.mean(np.abs(y - true) / true, axis=0)[0] * 100)
+    assert abs(mape - manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"]) < 1e-2
+    assert onnx.load(exp / "seernet.onnx").graph.output[0].name == "y"
