@@ -104,21 +104,16 @@ def _warn_unknown(graph) -> None:
                    + ", ".join(sorted(set(graph.unknown_ops))), err=True)
 
 
-def _register_optional_commands() -> None:
+def _register_stage_commands() -> None:
     """Commands that live in their stage's package (profile/, predict/)."""
-    from importlib import import_module
+    from perfseer_rt.predict.command import devices, predict
+    from perfseer_rt.profile.command import profile
 
-    for module, attr in (("perfseer_rt.profile.command", "profile"),
-                         ("perfseer_rt.predict.command", "predict"),
-                         ("perfseer_rt.predict.command", "devices")):
-        try:
-            cmd = getattr(import_module(module), attr)
-        except (ImportError, AttributeError):
-            continue
+    for cmd in (predict, devices, profile):
         main.add_command(cmd)
 
 
-_register_optional_commands()
+_register_stage_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -56,8 +56,10 @@ class Settings:
     seed: int = 0
     threads: int = 1
     per_arch: int = 3           # batch sizes per architecture (batch 1 probe included)
-    min_runs: int = 10
+    min_runs: int = 5
     min_time_s: float = 0.4
+    warmup_runs: int = 2
+    max_latency_ms: float = 1000.0  # batch sizes are chosen to stay under this
     noisy_cv: float = 0.03
     reference_every: int = 100
     shard_size: int = 200
@@ -122,8 +124,9 @@ class Builder:
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.worker = worker
         self.log = log
-        self.measure_settings = MeasureSettings(min_runs=settings.min_runs,
-                                                min_time_s=settings.min_time_s, max_time_s=20.0)
+        self.measure_settings = MeasureSettings(
+            min_runs=settings.min_runs, min_time_s=settings.min_time_s, max_time_s=10.0,
+            warmup_runs=settings.warmup_runs)
         self.done, self.count, shard_index = existing(self.out)
         self.shard_index = shard_index
         self.shard = ShardWriter(self.out, shard_index)
@@ -218,7 +221,8 @@ class Builder:
                 if not reference:
                     self.done.add((cfg.arch_id, batch))
                 if batch == 1 and not reference and rec.get("status") == "ok":
-                    batches += pick_batches(rec["latency_ms"], rng, self.s.per_arch)
+                    batches += pick_batches(rec["latency_ms"], rng, self.s.per_arch,
+                                            hi_ms=self.s.max_latency_ms)
         finally:
             path.unlink(missing_ok=True)
             for extra in self.tmp.glob(f"{cfg.arch_id}*"):
@@ -288,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--min-time", type=float, default=0.4, help="timed window per config, s")
+    ap.add_argument("--min-runs", type=int, default=5, help="least timed runs per config")
     ap.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
     ap.add_argument("--device", default="cpu-1t", help="device name recorded in every record")
     ap.add_argument("--families", default=None, help="comma-separated subset of families")
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     from perfseer_rt.profile import ProfileWorker
 
     settings = Settings(out=args.out, target=args.target, seed=args.seed, threads=args.threads,
-                        min_time_s=args.min_time, time_budget_s=args.time_budget,
+                        min_time_s=args.min_time, min_runs=args.min_runs, time_budget_s=args.time_budget,
                         device=args.device,
                         families=tuple(args.families.split(",")) if args.families else None)
     with ProfileWorker("cpu") as worker:

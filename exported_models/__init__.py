@@ -1,0 +1,1 @@
+"""Shipped predictors, one folder per device (see perfseer_rt.predict.registry)."""

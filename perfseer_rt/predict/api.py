@@ -1,0 +1,122 @@
+"""``perfseer_rt.predict``: ONNX models in, predicted metrics with units out.
+
+Many models go through the predictor in one onnxruntime call: their
+PerfGraphs are concatenated into one disjoint graph (the exported
+predictor's contract, see ``training/seernet/export.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from perfseer_rt.errors import MetricError
+from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.predict import mig
+from perfseer_rt.predict.registry import Predictor, get_predictor
+
+
+@lru_cache(maxsize=8)
+def _session(path: str):
+    from perfseer_rt.profile.session import build_session
+
+    return build_session(path, "cpu", threads=1).session
+
+
+def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
+    """The predictor's inputs for many graphs (node ids shifted per graph)."""
+    sizes = [g.num_nodes for g in graphs]
+    offsets = np.cumsum([0] + sizes[:-1])
+    return {
+        "x": np.concatenate([g.x for g in graphs]).astype(np.float32),
+        "edge_index": np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)],
+                                     axis=1).astype(np.int64),
+        "edge_attr": np.concatenate([g.edge_attr for g in graphs]).astype(np.float32),
+        "u": np.stack([g.u for g in graphs]).astype(np.float32),
+        "node_batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
+    }
+
+
+def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph]) -> np.ndarray:
+    """Raw predictor output ``[G, M]`` in the manifest's metric order."""
+    sess = _session(str(pred.model_file()))
+    return sess.run(None, concat(graphs))[0]
+
+
+def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
+    """Why this graph lies outside what the predictor was trained on."""
+    data = pred.manifest.get("training_data", {})
+    g = graph.globals
+    warnings = []
+    for key, value, what in (("flops_total", g["flops_total"], "FLOPs"),
+                             ("nodes", g["num_nodes"], "node count")):
+        rng = data.get(key) or {}
+        if rng and not (rng["min"] <= value <= rng["max"]):
+            warnings.append(f"{what} {value:.4g} outside the training range "
+                            f"[{rng['min']:.4g}, {rng['max']:.4g}]")
+    batches = data.get("batch_sizes") or []
+    if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
+        warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
+                        f"{min(batches)}..{max(batches)}")
+    if graph.unknown_ops:
+        warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
+    return warnings
+
+
+def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
+            device: str | None = None, metrics: Sequence[str] | None = None,
+            input_shapes: dict[str, tuple[int, ...]] | None = None) -> list[dict]:
+    """Predict the metrics of one or many ONNX models on ``device``.
+
+    Args:
+        models: a path, bytes, ModelProto or PerfGraph, or a list of them.
+        batch: batch size (resolves a dynamic first dim; default 1).
+        device: a shipped predictor's device name (``perfseer-rt devices``);
+            default: the first of ``registry.DEFAULT_DEVICES`` that ships.
+        metrics: subset of the device's metrics (default: all).
+        input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
+
+    Returns:
+        One dict per model: ``model``, ``device``, ``batch``, ``metrics``
+        (name -> ``{"value", "unit"}``), ``mig`` (a profile suggestion on
+        MIG-capable GPUs, else None) and ``warnings``.
+
+    Raises:
+        DeviceError: unknown device. MetricError: a metric the device's
+        predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
+    """
+    if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
+        models = [models]
+    models = list(models)
+    pred = get_predictor(device)
+    wanted = list(metrics) if metrics else pred.metrics
+    missing = [m for m in wanted if m not in pred.metrics]
+    if missing:
+        raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)}; "
+                          f"it predicts {', '.join(pred.metrics)}")
+    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes)
+              for m in models]
+    if not graphs:
+        return []
+    values = run_predictor(pred, graphs)
+    mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
+    results = []
+    for model, graph, row in zip(models, graphs, values):
+        out = dict(zip(pred.metrics, (float(v) for v in row)))
+        result = {
+            "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<in-memory>",
+            "device": pred.device,
+            "batch": int(graph.globals["batch_size"]),
+            "metrics": {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted},
+            "mig": None,
+            "warnings": out_of_distribution(pred, graph),
+        }
+        if pred.mig_gpu and mem_metric:
+            mape = (pred.manifest.get("accuracy", {}).get("test", {})
+                    .get(pred.manifest.get("default_model"), {}).get(mem_metric, {}).get("mape"))
+            result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
+        results.append(result)
+    return results
