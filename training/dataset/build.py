@@ -32,6 +32,8 @@ import random
 import sys
 import tempfile
 import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -189,15 +191,20 @@ class Builder:
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def run_architecture(self, cfg, rng: random.Random, reference: bool = False) -> int:
-        """Export, probe and measure one architecture; returns records written."""
+    def run_architecture(self, cfg, rng: random.Random, reference: bool = False,
+                         exported: Future | None = None) -> int:
+        """Export (or take the prefetched export), probe and measure one
+        architecture; returns records written."""
         from perfseer_rt import extract
-        from training.zoo import export_onnx, to_spec
+        from training.zoo import to_spec
 
         spec = to_spec(cfg)
         path = self.tmp / f"{cfg.arch_id}.onnx"
         try:
-            export_onnx(cfg, path)
+            if exported is None:
+                export_job(cfg.to_json(), str(path))
+            else:
+                exported.result()
         except Exception as exc:  # noqa: BLE001 - an unexportable config is logged, not fatal
             self.log(f"export failed for {spec}: {exc}")
             return 0
@@ -248,19 +255,20 @@ class Builder:
                        unit="cfg", file=sys.stderr, dynamic_ncols=True)
         except ImportError:  # progress falls back to log lines
             bar = None
-        stream = architecture_stream(self.s.seed, self.s.families)
-        seen_archs: set[str] = set()
+        stream = self._new_architectures()
+        pool = _export_pool()
+        queue: deque = deque()
         while self.count < self.s.target:
             if self.s.time_budget_s and time.monotonic() - start > self.s.time_budget_s:
                 self.log("time budget reached; stopping cleanly")
                 break
-            cfg = next(stream)
+            while len(queue) < PREFETCH:  # exports overlap the measurements
+                nxt = next(stream)
+                queue.append((nxt, pool.submit(export_job, nxt.to_json(),
+                                               str(self.tmp / f"{nxt.arch_id}.onnx"))))
+            cfg, exported = queue.popleft()
             arch_rng = random.Random(f"{self.s.seed}/{cfg.arch_id}")
-            if cfg.arch_id in seen_archs or (cfg.arch_id, 1) in self.done:
-                seen_archs.add(cfg.arch_id)  # measured before (this run or a resumed one)
-                continue
-            seen_archs.add(cfg.arch_id)
-            n = self.run_architecture(cfg, arch_rng)
+            n = self.run_architecture(cfg, arch_rng, exported=exported)
             self.count += n
             self.since_reference += n
             if bar is not None:
@@ -270,11 +278,23 @@ class Builder:
             if self.since_reference >= self.s.reference_every:
                 self.reference_pass()
                 self.since_reference = 0
+        for _, fut in queue:
+            fut.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
         self.reference_pass()
         if bar is not None:
             bar.close()
         self._save_campaign("done" if self.count >= self.s.target else "stopped")
         return self.count
+
+    def _new_architectures(self):
+        """The plan's stream without architectures measured before."""
+        seen: set[str] = set()
+        for cfg in architecture_stream(self.s.seed, self.s.families):
+            if cfg.arch_id in seen or (cfg.arch_id, 1) in self.done:
+                continue  # measured before (this run or a resumed one)
+            seen.add(cfg.arch_id)
+            yield cfg
 
     def _save_campaign(self, state: str) -> None:
         doc = {"settings": asdict(self.s), "state": state, "configurations": self.count,
@@ -282,6 +302,42 @@ class Builder:
                "reference_specs": list(REFERENCE_SPECS),
                "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         atomic_write_bytes(self.out / "campaign.json", json.dumps(doc, indent=2).encode())
+
+
+#: Architectures exported ahead of the one being measured.
+PREFETCH = 2
+
+
+def export_job(config_json: str, path: str) -> str:
+    """Export one zoo config to ``path`` (runs in the export pool)."""
+    from training.zoo import ModelConfig, export_onnx
+
+    export_onnx(ModelConfig.from_json(config_json), path)
+    return path
+
+
+def _export_worker_init() -> None:
+    """Exports run at normal priority on the cores the measurement does not use."""
+    import os
+
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, PermissionError, OSError):
+        pass
+    measuring = os.sched_getaffinity(0)
+    others = set(range(os.cpu_count() or 1)) - measuring
+    if others:
+        os.sched_setaffinity(0, others)
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _export_pool() -> ProcessPoolExecutor:
+    import multiprocessing
+
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_export_worker_init)
 
 
 def main(argv: list[str] | None = None) -> int:
