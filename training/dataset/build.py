@@ -17,7 +17,7 @@ records), so a campaign killed at any moment leaves only whole files; a
 restart resumes with the next architecture of the same deterministic
 stream, skipping every (architecture, batch) already recorded.
 
-Measurement hygiene: every record keeps its CV; a record with CV above
+Measurement hygiene: every record keeps its CV; a record whose robust CV is above
 ``noisy_cv`` is re-measured once and flagged ``quality.noisy`` if it stays
 noisy; a reference set of architectures is re-measured every
 ``reference_every`` records (records with ``reference: true``) so that drift
@@ -40,6 +40,11 @@ from pathlib import Path
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.dataset.plan import architecture_stream, pick_batches
 from training.dataset.splits import split_arch, split_family
+
+#: The spread that decides re-measurement: the robust CV (1.4826 MAD / median)
+#: ignores the odd run preempted by the OS, which the plain CV (also kept in
+#: every record) does not.
+NOISE_FIELD = "latency_robust_cv"
 
 #: Architectures re-measured through the campaign to detect drift.
 REFERENCE_SPECS = (
@@ -152,11 +157,11 @@ class Builder:
     def _measure(self, path: Path, batch: int) -> dict:
         rec = self.worker.measure(path, batch=batch, threads=self.s.threads,
                                   settings=self.measure_settings)
-        cv = rec.get("latency_cv")
+        cv = rec.get(NOISE_FIELD)
         if rec.get("status") == "ok" and cv is not None and cv > self.s.noisy_cv:
             again = self.worker.measure(path, batch=batch, threads=self.s.threads,
                                         settings=self.measure_settings)
-            again_cv = again.get("latency_cv")
+            again_cv = again.get(NOISE_FIELD)
             if again.get("status") == "ok" and again_cv is not None and again_cv < cv:
                 rec = again
             rec["remeasured"] = True
@@ -168,7 +173,7 @@ class Builder:
         if status == "ok":
             metrics = {k: rec[k] for k in ("latency_ms", "peak_mem_mb")
                        if rec.get(k) is not None}
-        cv = rec.get("latency_cv")
+        cv = rec.get(NOISE_FIELD)
         quality = {k: rec.get(k) for k in ("latency_cv", "latency_robust_cv", "runs", "window_s",
                                            "warmup_runs", "latency_min_ms", "latency_mean_ms",
                                            "latency_p90_ms", "peak_mem_method", "session_ms")}
@@ -317,17 +322,15 @@ def export_job(config_json: str, path: str) -> str:
 
 
 def _export_worker_init() -> None:
-    """Exports run at normal priority on the cores the measurement does not use."""
+    """Exports run at normal priority, so a real-time measurement preempts them."""
     import os
 
     try:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     except (AttributeError, PermissionError, OSError):
         pass
-    measuring = os.sched_getaffinity(0)
-    others = set(range(os.cpu_count() or 1)) - measuring
-    if others:
-        os.sched_setaffinity(0, others)
+    # every core: on the measuring core the real-time measurement preempts it
+    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     import torch
 
     torch.set_num_threads(1)
