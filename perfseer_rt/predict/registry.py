@@ -46,7 +46,8 @@ class Predictor:
 
     @property
     def mig_gpu(self) -> str | None:
-        return self.manifest["device"].get("mig_gpu")
+        """The MIG profile table (``mig.MIG_PROFILES`` key) of this GPU, if any."""
+        return self.manifest.get("mig_gpu")
 
 
 def models_root() -> Path:

@@ -1,0 +1,125 @@
+"""The runtime predictor path: registry, batched ONNX prediction, MIG, errors.
+
+The predictor here is an UNTRAINED SeerNet exported to a temporary
+exported_models folder: these tests check mechanics (contract, batching,
+units, MIG rule, warnings, errors), not accuracy; accuracy is in the
+committed reports.
+"""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.cli import main  # noqa: E402
+from perfseer_rt.errors import DeviceError, MetricError  # noqa: E402
+from perfseer_rt.predict import api, mig, registry  # noqa: E402
+from tests.test_extract import conv_chain  # noqa: E402
+
+METRICS = ["latency_ms", "peak_mem_mb"]
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    from training.seernet import Normalization, from_perfgraph
+    from training.seernet.export import export_seernet
+    from training.seernet.manifest import model_entry, write_manifest
+    from training.seernet.models import build, default_config
+
+    root = tmp_path_factory.mktemp("exported_models")
+    graphs = [extract(conv_chain(), batch=b) for b in (1, 2, 4, 8)]
+    graphs.append(extract("examples/resnet18.onnx", batch=2))
+    # targets only give the normalization a scale; the model is not trained
+    samples = [from_perfgraph(g, {"latency_ms": 1.0 + i, "peak_mem_mb": 100.0 * (i + 1)})
+               for i, g in enumerate(graphs)]
+    norm = Normalization.fit(samples, METRICS)
+    torch.manual_seed(0)
+    model = build("seernet_multi", default_config("seernet_multi", METRICS, norm, samples)).eval()
+    folder = root / "testgpu"
+    export_seernet(model, norm, folder / "seernet_multi.onnx", metrics=METRICS)
+    write_manifest(folder / "manifest.json", device="testgpu", description="test only",
+                   metrics=METRICS, normalization=norm,
+                   models=[model_entry(folder / "seernet_multi.onnx", "seernet_multi", METRICS, 1)],
+                   training_data={"flops_total": {"min": 1e3, "max": 1e12},
+                                  "nodes": {"min": 1, "max": 500}, "batch_sizes": [1, 2, 4, 8]},
+                   accuracy={"test": {"seernet_multi": {"peak_mem_mb": {"mape": 7.5}}}},
+                   mig_gpu="h100-80gb")
+    return root
+
+
+@pytest.fixture()
+def shipped(models_dir, monkeypatch):
+    monkeypatch.setattr(registry, "models_root", lambda: models_dir)
+    registry.predictors.cache_clear()
+    api._session.cache_clear()
+    yield
+    registry.predictors.cache_clear()
+
+
+def test_predict_contract(shipped, tmp_path):
+    p = tmp_path / "m.onnx"
+    onnx.save(conv_chain(), p)
+    [r] = api.predict(p, batch=4)
+    assert r["device"] == "testgpu" and r["batch"] == 4 and r["model"] == str(p)
+    assert set(r["metrics"]) == set(METRICS)
+    assert r["metrics"]["latency_ms"]["unit"] == "ms" and r["metrics"]["peak_mem_mb"]["unit"] == "MB"
+    assert all(np.isfinite(m["value"]) and m["value"] > 0 for m in r["metrics"].values())
+    assert r["warnings"] == []
+    # MIG: margin = 2 x the manifest's memory MAPE (7.5 %) = 15 %
+    want = mig.suggest("h100-80gb", r["metrics"]["peak_mem_mb"]["value"], 0.15)
+    assert r["mig"] == want and r["mig"]["margin"] == 0.15
+
+
+def test_batched_prediction_equals_single(shipped):
+    models = [conv_chain(), "examples/resnet18.onnx", conv_chain(channels=(3, 16, 16))]
+    together = api.predict(models, batch=2)
+    for m, t in zip(models, together):
+        [alone] = api.predict([m], batch=2)
+        for k in METRICS:
+            assert alone["metrics"][k]["value"] == pytest.approx(t["metrics"][k]["value"],
+                                                                 rel=1e-5)
+
+
+def test_out_of_distribution_warning(shipped):
+    [r] = api.predict("examples/resnet18.onnx", batch=64)
+    assert any("batch 64 outside" in w for w in r["warnings"])
+
+
+def test_errors(shipped):
+    with pytest.raises(DeviceError, match="unknown device 'tpu'.*testgpu"):
+        api.predict("examples/resnet18.onnx", device="tpu")
+    with pytest.raises(MetricError, match="does not predict energy_mj"):
+        api.predict("examples/resnet18.onnx", metrics=["energy_mj"])
+
+
+def test_cli_predict_and_devices(shipped):
+    runner = CliRunner()
+    res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "examples/resnet18.onnx",
+                               "--batch", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert len(doc) == 2 and doc[0]["mig"]["gpu"] == "h100-80gb"
+    res = runner.invoke(main, ["predict", "examples/resnet18.onnx"])
+    assert res.exit_code == 0 and "latency_ms" in res.stdout and "MIG (h100-80gb)" in res.stdout
+    res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--device", "nope"])
+    assert res.exit_code == 2 and "unknown device 'nope'" in res.stderr
+    res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--metrics", "sm_util_pct"])
+    assert res.exit_code == 2 and "does not predict sm_util_pct" in res.stderr
+    res = runner.invoke(main, ["devices", "--json"])
+    assert res.exit_code == 0
+    [dev] = json.loads(res.stdout)
+    assert dev["device"] == "testgpu" and dev["mig_gpu"] == "h100-80gb"
+
+
+def test_mig_rule():
+    assert mig.suggest("a100-40gb", 3000, 0.1)["profile"] == "1g.5gb"
+    assert mig.suggest("a100-40gb", 4600, 0.1)["profile"] == "2g.10gb"  # 5060 MB > 5 GB
+    assert mig.suggest("h200-141gb", 30000, 0.1)["profile"] == "1g.35gb"
+    none = mig.suggest("h100-80gb", 79000, 0.1)
+    assert none["profile"] is None and "does not fit" in none["reason"]
+    assert mig.margin_for(2.0) == 0.10 and mig.margin_for(12.0) == pytest.approx(0.24)
