@@ -1,0 +1,242 @@
+"""Build a config's module with deterministic weights and export it to ONNX.
+
+Weights: the module is built on the ``meta`` device (no default init cost),
+materialized with ``to_empty`` and filled by :func:`deterministic_init` from a
+``torch.Generator`` seeded with the architecture id, so the same config gives
+byte-identical ONNX files across runs.
+
+Export uses the TorchScript exporter (``dynamo=False``) with constant folding:
+eval-mode BatchNorm is folded into the preceding conv, dead branches are
+removed, shape tensors stay small inline constants. The model is traced once
+at batch 2 with a dynamic axis named ``"batch"`` on every input and output; a
+fixed ``batch`` is then written into the graph's input/output shapes
+(tracing at a large batch would be slow; all reshapes use -1 for the batch).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.external_data_helper
+import onnx.numpy_helper
+import torch
+from torch import nn
+
+from training.zoo.config import ModelConfig
+from training.zoo.family import BATCH_DIM, TensorSpec
+from training.zoo.registry import get_family
+
+#: Batch size used for tracing (any value > 1 avoids batch-1 specializations).
+TRACE_BATCH = 2
+
+
+def input_specs(config: ModelConfig, batch: int | None = None) -> list[TensorSpec]:
+    """Inputs of the exported model: name, shape, dtype (and ``high`` for token ids).
+
+    ``batch`` None -> ``config.batch``, and if that is None too the batch
+    dimension is the string ``"batch"``. Images are float32 NCHW, token ids
+    int64 (B, seq) with values in [0, high).
+    """
+    b = batch if batch is not None else config.batch
+    return get_family(config.family).io(config.params, BATCH_DIM if b is None else b)[0]
+
+
+def output_specs(config: ModelConfig, batch: int | None = None) -> list[TensorSpec]:
+    """Outputs of the exported model, as :func:`input_specs`."""
+    b = batch if batch is not None else config.batch
+    return get_family(config.family).io(config.params, BATCH_DIM if b is None else b)[1]
+
+
+def example_inputs(config: ModelConfig, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random numpy inputs for :func:`input_specs` at ``batch`` (deterministic in ``seed``)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in input_specs(config, batch):
+        if spec.dtype == "int64":
+            out[spec.name] = rng.integers(0, spec.high or 2, size=spec.shape, dtype=np.int64)
+        else:
+            out[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+    return out
+
+
+def arch_seed(config: ModelConfig) -> int:
+    """Weight seed derived from the architecture id (31 bits)."""
+    return int(config.arch_id[:8], 16) & 0x7FFFFFFF
+
+
+@torch.no_grad()
+def deterministic_init(model: nn.Module, seed: int) -> nn.Module:
+    """Fill every parameter and buffer deterministically and cheaply.
+
+    - weights with >= 2 dims: LeCun-uniform, bound sqrt(3 / fan_in), fan_in =
+      elements per output row (activations stay far from fp16 overflow in
+      deep residual nets and far from denormals in deep plain nets);
+    - embeddings, position embeddings and class tokens (``nn.Embedding`` weights
+      and parameters whose name ends in ``_embed`` / ``_token``): normal, std 0.02;
+    - biases uniform in [-0.01, 0.01], 1-dim weights (norm scales) in [0.9, 1.1];
+    - BatchNorm running mean in [-0.01, 0.01], running var in [0.9, 1.1].
+
+    No two tensors come out equal: the exporter would deduplicate equal
+    initializers (e.g. all-zero folded BN biases) into ``Identity`` nodes.
+
+    Any other buffer is an error: builders must not keep data in buffers.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if id(p) in embeddings or leaf.endswith(("_embed", "_token")):
+            p.normal_(0.0, 0.02, generator=gen)
+        elif p.dim() >= 2:
+            bound = math.sqrt(3.0 / max(1, p[0].numel()))
+            p.uniform_(-bound, bound, generator=gen)
+        elif leaf == "bias":
+            p.uniform_(-0.01, 0.01, generator=gen)
+        else:
+            p.uniform_(0.9, 1.1, generator=gen)
+    for name, b in model.named_buffers():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "running_var":
+            b.uniform_(0.9, 1.1, generator=gen)
+        elif leaf == "running_mean":
+            b.uniform_(-0.01, 0.01, generator=gen)
+        elif leaf == "num_batches_tracked":
+            b.zero_()
+        else:
+            raise RuntimeError(f"buffer {name!r} cannot be initialized deterministically")
+    return model
+
+
+def build_model(config: ModelConfig, seed: int | None = None) -> nn.Module:
+    """The eval-mode ``torch.nn.Module`` of ``config`` with deterministic weights.
+
+    ``seed`` None -> :func:`arch_seed` of the config.
+    """
+    fam = get_family(config.family)
+    with torch.device("meta"):
+        model = fam.build(config.params)
+    model = model.to_empty(device="cpu")
+    deterministic_init(model, arch_seed(config) if seed is None else seed)
+    return model.eval()
+
+
+def _fix_batch(model: onnx.ModelProto, batch: int) -> None:
+    """Replace the ``batch`` dim on graph inputs/outputs by ``batch`` (in place).
+
+    The exporter writes no intermediate ``value_info``; consumers infer
+    shapes from the now static inputs.
+    """
+    for vi in list(model.graph.input) + list(model.graph.output):
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_param == BATCH_DIM:
+                dim.Clear()
+                dim.dim_value = batch
+    del model.graph.value_info[:]
+
+
+def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None = None,
+                structure_only: bool = False, opset: int = 18, seed: int | None = None) -> Path:
+    """Export ``config`` to ONNX at ``path``; return the path.
+
+    Args:
+        config: the architecture (``config.batch`` is the default for ``batch``).
+        path: output ``.onnx`` file (parent folders are created).
+        batch: fixed batch size; None (and ``config.batch`` None) -> dynamic
+            dim ``"batch"`` on every input and output.
+        structure_only: keep only shapes: tensors >= 1 KiB are written as
+            external data to ``<name>.data`` which is then deleted (initializer
+            dims remain; small int tensors such as reshape shapes stay inline).
+        opset: ONNX opset version.
+        seed: weight seed (None -> derived from ``arch_id``).
+
+    The model's ``metadata_props`` carry ``zoo.config`` (config JSON with
+    arch_id), ``zoo.spec`` and ``zoo.arch_id``.
+    """
+    from training.zoo.spec import to_spec
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch = batch if batch is not None else config.batch
+    if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
+        raise ValueError(f"bad batch {batch!r}: expected a positive integer or None")
+    model = build_model(config, seed)
+    ins = input_specs(config, TRACE_BATCH)
+    outs = output_specs(config, TRACE_BATCH)
+    args = tuple(torch.from_numpy(a) for a in example_inputs(config, TRACE_BATCH).values())
+    dynamic = {t.name: {0: BATCH_DIM} for t in ins + outs}
+    buf = io.BytesIO()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, args, buf, dynamo=False, opset_version=opset, do_constant_folding=True,
+            input_names=[t.name for t in ins], output_names=[t.name for t in outs],
+            dynamic_axes=dynamic,
+        )
+    del model
+    cfg = config.with_batch(None if batch is None else int(batch))
+    meta = onnx.ModelProto()
+    for key, value in (("zoo.config", cfg.to_json(include_arch_id=True)),
+                       ("zoo.spec", to_spec(config)), ("zoo.arch_id", config.arch_id)):
+        entry = meta.metadata_props.add()
+        entry.key, entry.value = key, value
+    if batch is None and not structure_only:
+        # Serialized protobuf messages merge when concatenated: appending the
+        # metadata avoids a parse/serialize round trip of the weights.
+        path.write_bytes(buf.getbuffer().tobytes() + meta.SerializeToString())
+        return path
+    proto = onnx.load_from_string(buf.getvalue())
+    del buf
+    proto.MergeFrom(meta)
+    if batch is not None:
+        _fix_batch(proto, int(batch))
+    if structure_only:
+        strip_weights(proto, path.name + ".data")
+        stale = path.with_name(path.name + ".data")
+        if stale.exists():
+            stale.unlink()
+    onnx.save_model(proto, str(path))
+    return path
+
+
+def strip_weights(proto: onnx.ModelProto, location: str, size_threshold: int = 1024) -> None:
+    """Turn every tensor of >= ``size_threshold`` bytes into a dangling external reference.
+
+    The result is what ``onnx.save_model(..., save_as_external_data=True,
+    all_tensors_to_one_file=True, location=location, size_threshold=...)``
+    writes, followed by deleting the data file -- without writing the data.
+    Initializers and ``Constant`` node values are covered; dims, dtype and
+    names stay, so shapes remain known. Smaller tensors (reshape shapes) stay inline.
+    """
+    tensors = list(proto.graph.initializer)
+    for node in proto.graph.node:
+        tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
+    offset = 0
+    for tensor in tensors:
+        if not tensor.HasField("raw_data"):
+            if tensor.data_type == onnx.TensorProto.STRING:
+                continue
+            array = onnx.numpy_helper.to_array(tensor)
+            tensor.CopyFrom(onnx.numpy_helper.from_array(array, tensor.name))
+        size = len(tensor.raw_data)
+        if size < size_threshold:
+            continue
+        tensor.ClearField("raw_data")
+        onnx.external_data_helper.set_external_data(tensor, location, offset, size)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        offset += size
+
+
+def read_zoo_metadata(path: str | os.PathLike) -> dict:
+    """The ``zoo.config`` metadata of an exported file, as a dict (empty if absent)."""
+    proto = onnx.load(str(path), load_external_data=False)
+    for entry in proto.metadata_props:
+        if entry.key == "zoo.config":
+            return json.loads(entry.value)
+    return {}
