@@ -96,3 +96,19 @@ def test_splits_never_leak_architectures():
     for fam in HELD_OUT_FAMILIES:
         assert {split_family(a, fam) for a in ids[:50]} == {"test"}
     assert {split_family(a, "resnet") for a in ids} == {"train", "val"}
+
+
+def test_training_step_records(tmp_path):
+    from training.profile_train import TrainWorker
+
+    out = tmp_path / "train"
+    s = settings(out, 2)
+    s.kind = "train"
+    with TrainWorker("cpu") as w:
+        n = Builder(s, w, log=lambda *_: None).run()
+    assert n >= 2
+    records = check_consistent(out)
+    ok = [r for r in records if r["status"] == "ok"]
+    assert ok and all(r["kind"] == "train" for r in records)
+    assert ok[0]["metrics"]["step_ms"] > 0 and ok[0]["metrics"]["peak_mem_mb"] > 0
+    assert ok[0]["quality"]["step_cv"] is not None

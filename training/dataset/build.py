@@ -41,10 +41,14 @@ from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.dataset.plan import architecture_stream, pick_batches
 from training.dataset.splits import split_arch, split_family
 
-#: The spread that decides re-measurement: the robust CV (1.4826 MAD / median)
-#: ignores the odd run preempted by the OS, which the plain CV (also kept in
-#: every record) does not.
-NOISE_FIELD = "latency_robust_cv"
+#: Per kind of campaign: the record fields that become metrics, the time
+#: field prefix, and the spread that decides re-measurement (the robust CV,
+#: 1.4826 MAD / median, ignores the odd run preempted by the OS, which the
+#: plain CV, also kept in every record, does not).
+KINDS = {
+    "inference": {"metrics": ("latency_ms", "peak_mem_mb"), "time": "latency"},
+    "train": {"metrics": ("step_ms", "peak_mem_mb"), "time": "step"},
+}
 
 #: Architectures re-measured through the campaign to detect drift.
 REFERENCE_SPECS = (
@@ -73,6 +77,7 @@ class Settings:
     time_budget_s: float | None = None
     device: str = "cpu-1t"
     families: tuple[str, ...] | None = None  # default: every family of the plan
+    kind: str = "inference"     # or "train": one optimizer step in torch (CPU)
     reference: bool = True      # re-measure the reference set
 
 
@@ -154,14 +159,20 @@ class Builder:
             self.shard_index += 1
             self.shard = ShardWriter(self.out, self.shard_index)
 
-    def _measure(self, path: Path, batch: int) -> dict:
-        rec = self.worker.measure(path, batch=batch, threads=self.s.threads,
-                                  settings=self.measure_settings)
-        cv = rec.get(NOISE_FIELD)
+    def _measure_once(self, cfg, path: Path, batch: int) -> dict:
+        if self.s.kind == "train":
+            return self.worker.measure(json.loads(cfg.to_json()), batch, threads=self.s.threads,
+                                       settings=self.measure_settings)
+        return self.worker.measure(path, batch=batch, threads=self.s.threads,
+                                   settings=self.measure_settings)
+
+    def _measure(self, cfg, path: Path, batch: int) -> dict:
+        noise = f"{KINDS[self.s.kind]['time']}_robust_cv"
+        rec = self._measure_once(cfg, path, batch)
+        cv = rec.get(noise)
         if rec.get("status") == "ok" and cv is not None and cv > self.s.noisy_cv:
-            again = self.worker.measure(path, batch=batch, threads=self.s.threads,
-                                        settings=self.measure_settings)
-            again_cv = again.get(NOISE_FIELD)
+            again = self._measure_once(cfg, path, batch)
+            again_cv = again.get(noise)
             if again.get("status") == "ok" and again_cv is not None and again_cv < cv:
                 rec = again
             rec["remeasured"] = True
@@ -169,19 +180,22 @@ class Builder:
 
     def _record(self, cfg, spec: str, batch: int, rec: dict, graph, reference: bool) -> dict:
         status = rec.get("status", "error")
+        kind = KINDS[self.s.kind]
+        t = kind["time"]
         metrics = {}
         if status == "ok":
-            metrics = {k: rec[k] for k in ("latency_ms", "peak_mem_mb")
-                       if rec.get(k) is not None}
-        cv = rec.get(NOISE_FIELD)
-        quality = {k: rec.get(k) for k in ("latency_cv", "latency_robust_cv", "runs", "window_s",
-                                           "warmup_runs", "latency_min_ms", "latency_mean_ms",
-                                           "latency_p90_ms", "peak_mem_method", "session_ms")}
+            metrics = {k: rec[k] for k in kind["metrics"] if rec.get(k) is not None}
+        cv = rec.get(f"{t}_robust_cv")
+        quality = {k: rec.get(k) for k in (f"{t}_cv", f"{t}_robust_cv", "runs", "window_s",
+                                           "warmup_runs", f"{t}_min_ms", f"{t}_mean_ms",
+                                           f"{t}_p90_ms", "peak_mem_method", "session_ms",
+                                           "build_ms", "optimizer", "torch_max_allocated_mb")
+                   if k in rec}
         quality["remeasured"] = bool(rec.get("remeasured"))
         quality["noisy"] = bool(status == "ok" and cv is not None and cv > self.s.noisy_cv)
         g = graph.globals if graph is not None else {}
         return {
-            "kind": "inference", "arch_id": cfg.arch_id, "family": cfg.family, "spec": spec,
+            "kind": self.s.kind, "arch_id": cfg.arch_id, "family": cfg.family, "spec": spec,
             "config": json.loads(cfg.to_json()), "batch": batch, "device": self.s.device,
             "status": status, "error": rec.get("error"), "metrics": metrics, "quality": quality,
             "flops": g.get("flops_total"), "params": g.get("params_total"),
@@ -227,13 +241,14 @@ class Builder:
                 except Exception as exc:  # noqa: BLE001 - recorded as a failed config
                     graph, rec = None, {"status": "error", "error": f"extract: {exc}"}
                 else:
-                    rec = self._measure(path, batch)
+                    rec = self._measure(cfg, path, batch)
                 self._write(self._record(cfg, spec, batch, rec, graph, reference), graph)
                 written += 1
                 if not reference:
                     self.done.add((cfg.arch_id, batch))
                 if batch == 1 and not reference and rec.get("status") == "ok":
-                    batches += pick_batches(rec["latency_ms"], rng, self.s.per_arch,
+                    batches += pick_batches(rec[f"{KINDS[self.s.kind]['time']}_ms"], rng,
+                                            self.s.per_arch,
                                             hi_ms=self.s.max_latency_ms)
         finally:
             path.unlink(missing_ok=True)
@@ -355,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
     ap.add_argument("--device", default="cpu-1t", help="device name recorded in every record")
     ap.add_argument("--families", default=None, help="comma-separated subset of families")
+    ap.add_argument("--kind", choices=sorted(KINDS), default="inference",
+                    help="inference (onnxruntime) or train (one torch optimizer step)")
     args = ap.parse_args(argv)
     from perfseer_rt.profile import ProfileWorker
 
@@ -362,7 +379,13 @@ def main(argv: list[str] | None = None) -> int:
                         min_time_s=args.min_time, min_runs=args.min_runs, time_budget_s=args.time_budget,
                         device=args.device,
                         families=tuple(args.families.split(",")) if args.families else None)
-    with ProfileWorker("cpu") as worker:
+    settings.kind = args.kind
+    if args.kind == "train":
+        from training.profile_train import TrainWorker
+        worker_cm = TrainWorker("cpu")
+    else:
+        worker_cm = ProfileWorker("cpu")
+    with worker_cm as worker:
         n = Builder(settings, worker).run()
     print(f"{n} configurations in {args.out}")
     return 0
