@@ -85,21 +85,49 @@ def check_provider_available(provider: str) -> str:
     return name
 
 
-def preload_cuda_libraries() -> None:
-    """Load CUDA/cuDNN libraries from the nvidia pip packages when present.
+# CUDA 13 / cuDNN 9 libraries the CUDA provider needs, relative to a
+# site-packages folder holding NVIDIA's pip packages (onnxruntime's own list is
+# used when it offers one); loaded in this order (cublasLt before cublas).
+_NVIDIA_LIBS = (
+    ("nvidia", "cu13", "lib", "libcublasLt.so.13"), ("nvidia", "cu13", "lib", "libcublas.so.13"),
+    ("nvidia", "cu13", "lib", "libnvrtc.so.13"), ("nvidia", "cu13", "lib", "libcurand.so.10"),
+    ("nvidia", "cu13", "lib", "libcufft.so.12"), ("nvidia", "cu13", "lib", "libcudart.so.13"),
+    ("nvidia", "cudnn", "lib", "libcudnn.so.9"),
+)
 
-    onnxruntime-gpu >= 1.21 offers ``onnxruntime.preload_dlls``; without it the
-    CUDA provider finds the libraries only on the loader path.
+
+def preload_cuda_libraries() -> list[str]:
+    """Load the CUDA/cuDNN libraries from NVIDIA's pip packages on ``sys.path``.
+
+    onnxruntime's ``preload_dlls`` looks only next to onnxruntime itself; on a
+    machine where onnxruntime-gpu was installed into a separate folder (the
+    GPU machine: ``pip install --target``) the NVIDIA packages sit in the
+    image's site-packages instead. Each library found on any ``sys.path``
+    entry is loaded globally, so the CUDA provider's own ``dlopen`` by name
+    finds it. Returns the paths loaded (empty where none are found, e.g.
+    when they are on the loader path already).
     """
+    import ctypes
+    import sys
+
     import onnxruntime as ort
 
-    preload = getattr(ort, "preload_dlls", None)
-    if preload is None:
-        return
     try:
-        preload(directory="")
-    except Exception:  # best effort: session creation reports what is missing
-        pass
+        rel = [tuple(r) for r in ort._get_nvidia_dll_paths(False, True, True)]
+    except Exception:  # private helper absent in this onnxruntime version
+        rel = list(_NVIDIA_LIBS)
+    loaded: list[str] = []
+    for parts in rel:
+        for base in sys.path:
+            path = os.path.join(base or ".", *parts)
+            if os.path.isfile(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    loaded.append(path)
+                except OSError:
+                    continue
+                break
+    return loaded
 
 
 def build_session(model: str | os.PathLike | bytes, provider: str = "cpu", *,

@@ -33,7 +33,7 @@ import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from training.campaigns import common
-from training.campaigns.zoo_cases import ZOO_ENV, export_case
+from training.campaigns.zoo_cases import ZOO_ENV, export_case, export_worker_init
 
 CAMPAIGN = "gpu_inference"
 METRICS = ("latency_ms", "peak_mem_mb", "sm_util_pct", "gpm_sm_active_pct", "energy_mj")
@@ -79,8 +79,8 @@ class ExportPool:
                  tmpdir: str) -> None:
         self.archs, self.needed, self.zoo, self.tmpdir = archs, needed, zoo, tmpdir
         self.lookahead = lookahead
-        self.pool = ProcessPoolExecutor(max_workers=workers,
-                                        mp_context=mp.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                        initializer=export_worker_init)
         self.futures: dict[int, Future] = {}
         self._pos = {i: n for n, i in enumerate(needed)}
 

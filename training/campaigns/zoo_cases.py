@@ -44,3 +44,21 @@ def build_train_case(config: dict, batch: int):
     module = zoo.build_model(cfg)
     inputs = [torch.from_numpy(a) for a in zoo.example_inputs(cfg, batch).values()]
     return module, inputs
+
+
+def export_worker_init() -> None:
+    """Initializer of export processes: one thread each, lower priority than the measurement.
+
+    Keeps a pool of exporters from oversubscribing the cores (torch would
+    start one thread per core in every process) and from delaying the
+    measuring process's kernel launches.
+    """
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    import torch
+
+    torch.set_num_threads(1)
