@@ -337,15 +337,17 @@ def export_job(config_json: str, path: str) -> str:
 
 
 def _export_worker_init() -> None:
-    """Exports run at normal priority, so a real-time measurement preempts them."""
+    """Exports run at normal priority on the cores the measurement does not use."""
     import os
 
     try:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     except (AttributeError, PermissionError, OSError):
         pass
-    # every core: on the measuring core the real-time measurement preempts it
-    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    measuring = os.sched_getaffinity(0)  # inherited from the measuring parent
+    others = set(range(os.cpu_count() or 1)) - measuring
+    if others:  # keep the measuring core(s) quiet
+        os.sched_setaffinity(0, others)
     import torch
 
     torch.set_num_threads(1)
