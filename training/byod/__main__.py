@@ -1,0 +1,5 @@
+import sys
+
+from training.byod.cli import main
+
+sys.exit(main())

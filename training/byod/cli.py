@@ -1,0 +1,113 @@
+"""Command line: ``python -m training.byod {train,nb201}``.
+
+Errors in the input (:class:`~training.byod.errors.ByodError`) print one
+line, ``byod: error: ...``, and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Sequence
+
+from training.byod.errors import ByodError
+
+
+def _add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
+    p.add_argument("--epochs", type=int, default=epochs, help=f"at most this many epochs (default {epochs})")
+    p.add_argument("--early-stop", type=int, default=30,
+                   help="stop after this many epochs without validation improvement (default 30)")
+    p.add_argument("--batch-size", type=int, default=128, help="graphs per step (default 128, paper)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--cache", help="graph cache folder (default training/byod/.cache, git-ignored)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.byod",
+                                description="Bring your own device: train a predictor from a CSV of "
+                                            "measurements, or run the NAS-Bench-201 benchmark.")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="CSV of measurements -> exported_models/<device>/",
+                       description="Train SeerNet for one device from a CSV of measurements and export "
+                                   "it (ONNX + manifest.json + report.md).")
+    t.add_argument("--csv", required=True, help="the measurements (header line, one row per configuration)")
+    t.add_argument("--model-column", required=True,
+                   help="column with an ONNX path (relative to the CSV) or a zoo spec (nb201:<cell>, "
+                        "resnet:depth=50,...) per row")
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--batch-column", help="column with the batch size of each row")
+    g.add_argument("--batch", type=int, help="batch size of every row (default 1)")
+    t.add_argument("--metric", action="append", required=True, metavar="COL",
+                   help="metric column, ending in its unit (latency_ms, peak_mem_mb, energy_mj); repeatable")
+    t.add_argument("--device", required=True, help="device name of the predictor")
+    t.add_argument("--description", help="words describing the device (for the manifest)")
+    t.add_argument("--train-rows", help="training rows, e.g. 1-900 (rows count from 1 after the header)")
+    t.add_argument("--test-rows", help="test rows, e.g. 901-1900")
+    t.add_argument("--out", help="output folder (default exported_models/<device>)")
+    t.add_argument("--json", action="store_true", help="print the accuracy as JSON")
+    _add_train_settings(t, 500)
+
+    n = sub.add_parser("nb201", help="the NAS-Bench-201 benchmark (HELP protocol) -> a report",
+                       description="Reproduce reports/nb201: per-device SeerNet at 900 samples, few-shot "
+                                   "adaptation after multi-device pre-training, FLOPs baseline.")
+    n.add_argument("--out", default="reports/nb201", help="report folder (default reports/nb201)")
+    n.add_argument("--csv", default=None, help="the HELP latency CSV (default: ../shared/external/"
+                                                "help-nb201/nb201_latency.csv)")
+    n.add_argument("--devices", nargs="+", help="only these device columns (default: all)")
+    n.add_argument("--held-out", nargs="+", help="devices held out of pre-training (default: "
+                                                 "titanxp_1 gold_6240 pixel3 samsung_s7 titanxp_256)")
+    n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot"],
+                   choices=["flops", "single", "fewshot"], help="what to run (default: all)")
+    n.add_argument("--export-device", action="append", default=[],
+                   help="also ship the 900-sample predictor of this device to exported_models/nb201-<device>/")
+    _add_train_settings(n, 300)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = "python -m training.byod " + " ".join(
+        shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+    try:
+        import torch
+
+        from training.byod.graphs import GraphCache
+        from training.seernet.train import TrainConfig
+
+        torch.set_num_threads(max(1, args.threads))
+        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, early_stop=args.early_stop,
+                          seed=args.seed, threads=args.threads, progress=not args.quiet)
+        cache = GraphCache(args.cache)
+        if args.command == "train":
+            return _train(args, cfg, cache, command)
+        from training.byod.nb201 import run_benchmark
+
+        run_benchmark(args, cfg, cache, command)
+        return 0
+    except ByodError as exc:
+        print(f"byod: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _train(args, cfg, cache, command: str) -> int:
+    import json
+
+    from training.byod.train_csv import train_from_csv
+
+    res = train_from_csv(args.csv, args.model_column, args.metric, args.device,
+                         batch_column=args.batch_column, batch=args.batch, train_rows=args.train_rows,
+                         test_rows=args.test_rows, out=args.out, cfg=cfg, cache=cache,
+                         description=args.description, command=command)
+    if args.json:
+        print(json.dumps({"out": str(res.out), "accuracy": res.accuracy, "seconds": res.seconds}, indent=1))
+    else:
+        for m, s in res.accuracy.items():
+            print(f"{m}: test MAPE {s['mape']:.2f} %, within +-10 % {s['within_10']:.1f} %, "
+                  f"Spearman {s['spearman'] if s['spearman'] is not None else float('nan'):.3f} "
+                  f"({s['count']} rows)")
+        print(f"wrote {res.out}/seernet.onnx, manifest.json, report.md "
+              f"({res.seconds['total']:.0f} s)")
+    return 0
