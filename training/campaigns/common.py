@@ -39,6 +39,8 @@ FAMILY_WEIGHTS = {
     "efficientnet": 1, "googlenet": 1, "vit": 1, "bert": 1, "gpt": 1,
 }
 CV_MAX = 0.03          # a record with latency CV above this is re-measured once
+MEASURE_TIMEOUT_S = 600.0  # one measurement's limit when the budget is not closer
+STOP = object()        # what ``prepare`` returns when the budget ran out while waiting
 MAX_FILE_BYTES = 15 << 20  # the GPU machine returns files of at most 16 MiB
 
 
@@ -293,7 +295,8 @@ def run_campaign(archs: Sequence[Arch], *, campaign: str, measure: Measure,
         archs: the plan.
         measure: ``(case, prepared, timeout_s) -> record``.
         prepare: ``arch index -> prepared`` (e.g. waits for its ONNX export);
-            may return a failure record (a dict with ``status``) instead.
+            may return a failure record (a dict with ``status``) instead, or
+            :data:`STOP` when the budget ran out while it waited.
         release: ``(arch index, keep)`` frees what prepare made (``keep``:
             it is a reference architecture, still needed).
         finish: ``(record, case) -> record`` adds the campaign fields.
@@ -306,20 +309,27 @@ def run_campaign(archs: Sequence[Arch], *, campaign: str, measure: Measure,
     since_ref = 0
     prepared_refs: dict[int, Any] = {}
 
-    def one(case: Case, prepared: Any, reference: bool) -> dict:
+    def one(case: Case, prepared: Any, reference: bool) -> dict | None:
+        """Measure (and re-measure if noisy), write; None when the budget cut it short."""
         t0 = time.monotonic()
-        timeout = min(600.0, max(5.0, budget.left() - 5.0))
+        limit = budget.left() - 5.0
+        timeout = min(MEASURE_TIMEOUT_S, max(5.0, limit))
+        cut_by_budget = limit < MEASURE_TIMEOUT_S
         if isinstance(prepared, dict) and "status" in prepared:  # preparation failed
             rec = dict(prepared)
         else:
             rec = measure(case, prepared, timeout)
             if rec.get("status") == "ok" and (rec.get(cv_key) or 0) > cv_max and budget.fits():
                 first_cv = rec.get(cv_key)
-                rec = measure(case, prepared, timeout)
-                rec["remeasured"] = True
-                rec["first_cv"] = first_cv
+                again = measure(case, prepared, timeout)
+                if again.get("status") == "ok":
+                    rec = again
+                    rec["remeasured"] = True
+                    rec["first_cv"] = first_cv
             rec.setdefault("remeasured", False)
             rec["noisy"] = rec.get("status") == "ok" and (rec.get(cv_key) or 0) > cv_max
+        if cut_by_budget and str(rec.get("error") or "").startswith("timeout"):
+            return None  # not the model's fault: the command's time ran out
         rec["reference"] = reference
         rec = finish(rec, case)
         writer.write(rec)
@@ -327,15 +337,21 @@ def run_campaign(archs: Sequence[Arch], *, campaign: str, measure: Measure,
         budget.add(time.monotonic() - t0)
         return rec
 
-    def measure_refs() -> None:
+    def measure_refs() -> bool:
+        """Re-measure the reference set; False when the budget ran out."""
         for i in refs:
             if not budget.fits():
-                return
+                return False
             if i not in prepared_refs:
                 prepared_refs[i] = prepare(i)
+            if prepared_refs[i] is STOP:
+                return False
             rec = one(archs[i].cases[0], prepared_refs[i], reference=True)
+            if rec is None:
+                return False
             log(f"reference {archs[i].cases[0].key} {rec.get('status')} "
                 f"{_headline(rec)}", logf)
+        return True
 
     for i, arch in enumerate(archs):
         todo = [c for c in arch.cases if c.key not in done]
@@ -345,26 +361,31 @@ def run_campaign(archs: Sequence[Arch], *, campaign: str, measure: Measure,
         if not budget.fits():
             stats.stopped_by_budget = True
             break
-        prepared = prepared_refs.get(i) if i in prepared_refs else prepare(i)
+        prepared = prepared_refs[i] if i in prepared_refs else prepare(i)
+        if prepared is STOP:
+            stats.stopped_by_budget = True
+            break
         if i in refs:
             prepared_refs[i] = prepared
         for case in todo:
-            if not budget.fits():
+            rec = one(case, prepared, reference=False) if budget.fits() else None
+            if rec is None:
                 stats.stopped_by_budget = True
                 break
-            rec = one(case, prepared, reference=False)
             done.add(case.key)
             since_ref += 1
             log(f"{stats.written:5d} {case.family:12s} {case.key} {rec.get('status'):5s} "
                 f"{_headline(rec)}", logf)
             if reference_every and since_ref >= reference_every:
-                measure_refs()
                 since_ref = 0
+                if not measure_refs():
+                    stats.stopped_by_budget = True
+                    break
         if i not in refs:
             release(i, False)
         if stats.stopped_by_budget:
             break
-    if since_ref and refs and budget.fits():
+    if since_ref and refs and not stats.stopped_by_budget:
         measure_refs()  # close the run with the reference set
     for i in prepared_refs:
         release(i, False)

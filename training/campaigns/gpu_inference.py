@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from training.campaigns import common
 from training.campaigns.zoo_cases import ZOO_ENV, export_case, export_worker_init
@@ -91,8 +92,8 @@ class ExportPool:
         path = os.path.join(self.tmpdir, f"{arch.arch_id}.onnx")
         self.futures[i] = self.pool.submit(export_case, json.dumps(arch.config), path, self.zoo)
 
-    def get(self, i: int, timeout: float) -> dict:
-        """Wait for architecture ``i``'s export; a failure comes back as a failure record."""
+    def get(self, i: int, timeout: float):
+        """Wait for architecture ``i``'s export: its result, a failure record, or STOP."""
         from perfseer_rt.profile.record import failure_record
 
         start = self._pos.get(i, 0)
@@ -101,7 +102,9 @@ class ExportPool:
         self._submit(i)
         try:
             res = self.futures[i].result(timeout=timeout if timeout < 1e9 else None)
-        except Exception as exc:  # exporter error, worker crash, timeout
+        except FutureTimeout:
+            return common.STOP  # the command's time ran out while the export ran
+        except Exception as exc:  # exporter error, worker crash
             msg = f"export failed: {type(exc).__name__}: {exc}"
             rec = failure_record(msg, status="error")
             rec["stage"] = "export"
@@ -110,7 +113,7 @@ class ExportPool:
 
     def release(self, i: int) -> None:
         fut = self.futures.pop(i, None)
-        if fut is not None and fut.done() and not fut.exception():
+        if fut is not None and fut.done() and not fut.cancelled() and not fut.exception():
             path = fut.result()["path"]
             for p in (path, path + ".data"):
                 if os.path.exists(p):
@@ -203,7 +206,7 @@ def main(argv=None) -> int:
     try:
         stats = common.run_campaign(
             archs, campaign=CAMPAIGN, measure=measure,
-            prepare=lambda i: exports.get(i, timeout=max(1.0, budget.left())),
+            prepare=lambda i: exports.get(i, timeout=max(0.1, budget.left() - 10.0)),
             release=lambda i, keep: exports.release(i), finish=finish, writer=writer,
             budget=budget, done=done, reference_count=args.reference_count,
             reference_every=args.reference_every, cv_key="latency_cv", cv_max=args.cv_max,

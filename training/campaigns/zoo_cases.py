@@ -51,7 +51,8 @@ def export_worker_init() -> None:
 
     Keeps a pool of exporters from oversubscribing the cores (torch would
     start one thread per core in every process) and from delaying the
-    measuring process's kernel launches.
+    measuring process's kernel launches. torch reads ``OMP_NUM_THREADS`` when
+    it is first imported, which happens after this in the export itself.
     """
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
@@ -59,6 +60,3 @@ def export_worker_init() -> None:
         os.nice(10)
     except OSError:
         pass
-    import torch
-
-    torch.set_num_threads(1)
