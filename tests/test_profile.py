@@ -247,3 +247,18 @@ def test_profile_package_imports_no_torch():
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_crashing_child_is_recorded_and_replaced(models):
+    import signal
+    import threading
+
+    with ProfileWorker("cpu", timeout_s=60) as w:
+        assert w.measure(models["tiny"], batch=1, settings=FAST)["status"] == "ok"
+        pid = w.pid
+        threading.Timer(0.5, os.kill, (pid, signal.SIGSEGV)).start()  # our own child, by id
+        slow = MeasureSettings(min_runs=2, min_time_s=5.0, max_time_s=10.0)
+        rec = w.measure(models["tiny"], batch=1, settings=slow)
+        assert rec["status"] == "error" and "SIGSEGV" in rec["error"]
+        assert w.measure(models["tiny"], batch=1, settings=FAST)["status"] == "ok"
+        assert w.pid != pid

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -34,6 +34,7 @@ from perfseer_rt.profile.timing import MeasureSettings
 DEFAULT_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0
 
+_EOF = object()  # end of the child's reply stream
 _PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
@@ -93,7 +94,7 @@ class JsonChild:
         self.extra_path = list(extra_path)
         self.info: dict[str, Any] = {}
         self._proc: subprocess.Popen | None = None
-        self._buf = b""
+        self._lines: queue.Queue = queue.Queue()
 
     @property
     def running(self) -> bool:
@@ -112,9 +113,11 @@ class JsonChild:
         env["PYTHONUNBUFFERED"] = "1"
         self._proc = subprocess.Popen([sys.executable, "-m", self.module], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env, close_fds=True)
-        self._buf = b""
+        self._lines = queue.Queue()
+        threading.Thread(target=_pump, args=(self._proc.stdout, self._lines),
+                         name=f"{self.module}-replies", daemon=True).start()
         line = self._read_line(START_TIMEOUT_S)
-        if line is None:
+        if line is None or line is _EOF:
             code = self.stop(kill=True)
             raise errors.ProfileError(f"the measuring process {self.module} did not start "
                                       f"({_death_message(code)})")
@@ -134,9 +137,14 @@ class JsonChild:
             raise ChildDied(_death_message(self.stop(kill=True))) from None
         line = self._read_line(timeout_s)
         if line is None:
-            if self.alive():
-                self.stop(kill=True)
-                raise ChildDied(f"timeout: the measurement ran past {timeout_s:.0f} s")
+            self.stop(kill=True)
+            raise ChildDied(f"timeout: the measurement ran past {timeout_s:.0f} s")
+        if line is _EOF:
+            assert self._proc is not None
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
             raise ChildDied(_death_message(self.stop(kill=True)))
         reply = json.loads(line)
         if "user_error" in reply:
@@ -144,24 +152,12 @@ class JsonChild:
             raise cls(reply["message"])
         return reply
 
-    def _read_line(self, timeout_s: float) -> bytes | None:
-        """One reply line, or None on timeout or when the child closed stdout."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return None
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
+    def _read_line(self, timeout_s: float) -> Any:
+        """One reply line; None on timeout; ``_EOF`` when the child closed its stdout."""
+        try:
+            return self._lines.get(timeout=max(0.0, timeout_s))
+        except queue.Empty:
+            return None
 
     def stop(self, kill: bool = False) -> int | None:
         """Stop the child (politely unless ``kill``); returns its exit code."""
@@ -184,6 +180,13 @@ class JsonChild:
             except OSError:
                 pass
         return code
+
+
+def _pump(stream, lines: queue.Queue) -> None:
+    """Move the child's reply lines into a queue (``_EOF`` at the end); portable, no select."""
+    for raw in iter(stream.readline, b""):
+        lines.put(raw.rstrip(b"\n"))
+    lines.put(_EOF)
 
 
 def _death_message(code: int | None) -> str:
