@@ -369,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--min-time", type=float, default=0.4, help="timed window per config, s")
     ap.add_argument("--min-runs", type=int, default=5, help="least timed runs per config")
+    ap.add_argument("--max-latency", type=float, default=1000.0,
+                    help="batch sizes are chosen to stay under this latency, ms")
     ap.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
     ap.add_argument("--device", default="cpu-1t", help="device name recorded in every record")
     ap.add_argument("--families", default=None, help="comma-separated subset of families")
@@ -378,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     from perfseer_rt.profile import ProfileWorker
 
     settings = Settings(out=args.out, target=args.target, seed=args.seed, threads=args.threads,
-                        min_time_s=args.min_time, min_runs=args.min_runs, time_budget_s=args.time_budget,
+                        min_time_s=args.min_time, min_runs=args.min_runs,
+                        max_latency_ms=args.max_latency, time_budget_s=args.time_budget,
                         device=args.device,
                         families=tuple(args.families.split(",")) if args.families else None)
     settings.kind = args.kind
