@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from training.zoo.config import ModelConfig
+from training.zoo.errors import SpecError
 from training.zoo.family import BATCH_DIM, TensorSpec
 from training.zoo.registry import get_family
 
@@ -165,7 +166,7 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = batch if batch is not None else config.batch
     if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
-        raise ValueError(f"bad batch {batch!r}: expected a positive integer or None")
+        raise SpecError(f"bad batch {batch!r}: expected a positive integer or None")
     model = build_model(config, seed)
     ins = input_specs(config, TRACE_BATCH)
     outs = output_specs(config, TRACE_BATCH)
@@ -227,8 +228,8 @@ def strip_weights(proto: onnx.ModelProto, location: str, size_threshold: int = 1
         size = len(tensor.raw_data)
         if size < size_threshold:
             continue
-        tensor.ClearField("raw_data")
         onnx.external_data_helper.set_external_data(tensor, location, offset, size)
+        tensor.ClearField("raw_data")
         tensor.data_location = onnx.TensorProto.EXTERNAL
         offset += size
 

@@ -26,8 +26,8 @@ mobilenet   first block stride 2, inverted    expansion: 1 2 3 4 6              
 
 ``k`` is 3, 5 or 7 (default 3): the spatial kernel of every conv of the stage
 (for inception: of the large branch). Parameters a style does not use are
-dropped, so equal networks get equal architecture ids. ``res`` is a multiple
-of 32 (32..1024). The sampler keeps res 224 and draws, per stage, a style,
+dropped, so equal networks get equal architecture ids. ``res``: 32..1024
+pixels (pools round down, strided convs up). The sampler keeps res 224 and draws, per stage, a style,
 depth, width (log-uniform in 8..160 x 2^stage), kernel, ratio and group
 width, redrawing the rare configs over 150 M weights; FLOPs at batch 1 span
 about 3e7..1e11 (median about 1.5e9).
@@ -249,7 +249,7 @@ FAMILY = Family(
     name="perfseer",
     doc=__doc__,
     params=(
-        res_param(multiple_of=32),
+        res_param(),
         Param("stem", "int", 32, "stem conv channels", lo=8, hi=256, multiple_of=8, in_spec=False),
         *(Param(f"s{i + 1}", "custom", DEFAULT_STAGES[i], f"stage {i + 1} (STYLE-dD-wW-kK-rR-gG)",
                 coerce_fn=coerce_stage, fmt_fn=format_stage) for i in range(STAGES)),

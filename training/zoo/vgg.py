@@ -4,10 +4,11 @@ Spec: ``vgg:depth=16,width=1.0,res=224`` with
 
 - ``depth``: 11, 13, 16 or 19 weight layers,
 - ``width``: multiplier of conv widths 64..512 and of the 4096-wide FC layers,
-- ``res``: input resolution in pixels, a multiple of 32 (32..448),
+- ``res``: input resolution in pixels (32..448),
 - ``classes``: output classes (default 1000).
 
-The classifier flattens the final (res/32 x res/32) feature map, so at 224 it
+The classifier flattens the final feature map (side: res halved, rounding
+down, five times -- 7 at 224), so at 224 it
 is exactly VGG's 7x7x512 -> 4096 -> 4096 -> classes; the first FC grows with
 res^2 (configs whose first FC exceeds 400 M weights are rejected).
 Shapes: input (B, 3, res, res) float32 -> logits (B, classes).
@@ -38,7 +39,9 @@ def _dims(p: dict) -> tuple[int, int, int]:
     """(last conv width, hidden FC width, first-FC input features)."""
     c_last = make_divisible(512 * p["width"])
     hidden = make_divisible(4096 * p["width"])
-    side = p["res"] // 32
+    side = p["res"]
+    for _ in range(5):  # five MaxPool 2x2 (floor)
+        side //= 2
     return c_last, hidden, c_last * side * side
 
 
@@ -91,7 +94,7 @@ FAMILY = Family(
     params=(
         Param("depth", "int", 16, "number of weight layers", choices=tuple(sorted(LAYOUTS))),
         width_param(hi=2.0),
-        res_param(hi=448, multiple_of=32),
+        res_param(hi=448),
         classes_param(),
     ),
     build=lambda p: VGG(p["depth"], p["width"], p["res"], p["classes"]),
