@@ -413,9 +413,10 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)),
                    help="comma-separated batch sizes to draw from")
     p.add_argument("--batches-per-arch", type=int, default=3)
-    p.add_argument("--resume", action="append", default=[], metavar="PATH",
-                   help="skip configs already in these JSONL files/folders (repeatable); "
-                        "the --out folder is always read")
+    p.add_argument("--resume", action="append", nargs="?", const=None, default=[],
+                   metavar="PATH",
+                   help="skip configs already recorded: the --out folder is always read; "
+                        "PATH adds JSONL files/folders from earlier commands (repeatable)")
     p.add_argument("--retry-errors", action="store_true",
                    help="measure again configs whose earlier record has status error")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",

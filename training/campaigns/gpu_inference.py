@@ -161,7 +161,8 @@ def main(argv=None) -> int:
     except Exception as exc:  # a bad --spec or --families value
         print(f"gpu_inference: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    done = common.load_done([args.out, *args.resume], CAMPAIGN, args.retry_errors)
+    done = common.load_done([args.out, *filter(None, args.resume)], CAMPAIGN,
+                            args.retry_errors)
     writer = common.RecordWriter(args.out, "inference")
     logf = open(os.path.join(args.out, f"inference-{writer.stamp}.log"), "a")
     budget = common.Budget(args.time_budget, floor_s=1.0 if args.dry_run else 8.0)
