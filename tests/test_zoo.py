@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from training.zoo import (  # noqa: E402
+from training.zoo import (
     ModelConfig,
     SpecError,
     build_model,
@@ -32,8 +33,8 @@ from training.zoo import (  # noqa: E402
     sample_many,
     to_spec,
 )
-from training.zoo.__main__ import main as zoo_main  # noqa: E402
-from training.zoo.nb201 import parse_cell  # noqa: E402
+from training.zoo.__main__ import main as zoo_main
+from training.zoo.nb201 import parse_cell
 
 NB201_CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 
@@ -71,7 +72,7 @@ def exported(tmp_path_factory):
     return get
 
 
-def _session(path: str) -> "ort.InferenceSession":
+def _session(path: str) -> ort.InferenceSession:
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
@@ -142,10 +143,10 @@ def test_fixed_batch_export(tmp_path):
 def test_export_is_deterministic(tmp_path, exported):
     cfg = parse_spec(SMALL["mobilenetv3"])
     again = export_onnx(cfg, tmp_path / "again.onnx")
-    first = open(exported(SMALL["mobilenetv3"]), "rb").read()
-    assert open(again, "rb").read() == first
+    first = Path(exported(SMALL["mobilenetv3"])).read_bytes()
+    assert again.read_bytes() == first
     other = export_onnx(cfg, tmp_path / "seed.onnx", seed=12345)
-    assert open(other, "rb").read() != first  # the seed drives the weights
+    assert other.read_bytes() != first  # the seed drives the weights
 
 
 def test_structure_only_keeps_dims_not_data(tmp_path, exported):
@@ -298,7 +299,7 @@ def test_perfseer_sampler_covers_styles_and_a_wide_flops_range():
             model = get_family("perfseer").build(cfg.params)
         macs = [0]
 
-        def hook(mod, _inp, out):
+        def hook(mod, _inp, out, macs=macs):
             if isinstance(mod, nn.Conv2d):
                 macs[0] += out.numel() * mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
 
@@ -380,3 +381,19 @@ def test_cli_sample_export_and_errors(tmp_path, capsys):
     assert zoo_main(["export", "resnet:dpth=1", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "error:" in err and "dpth" in err
+
+
+def test_models_over_the_protobuf_limit_use_external_data(tmp_path, monkeypatch, exported):
+    import training.zoo.export as zoo_export
+
+    monkeypatch.setattr(zoo_export, "LARGE_MODEL_BYTES", 0)  # treat every model as > 2 GB
+    cfg = parse_spec(SMALL["resnet"])
+    path = export_onnx(cfg, tmp_path / "big.onnx")
+    assert (tmp_path / "big.onnx.data").stat().st_size > 0.9 * sum(
+        t.ByteSize() for t in onnx.load(exported(SMALL["resnet"])).graph.initializer)
+    feeds = example_inputs(cfg, 2)
+    np.testing.assert_allclose(_session(str(path)).run(None, feeds)[0],
+                               _session(exported(SMALL["resnet"])).run(None, feeds)[0], rtol=1e-6, atol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]  # temp dir removed
+    stripped = export_onnx(cfg, tmp_path / "s.onnx", structure_only=True)
+    assert not (tmp_path / "s.onnx.data").exists() and stripped.stat().st_size < 50_000

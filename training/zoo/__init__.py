@@ -19,7 +19,13 @@ import random
 
 from training.zoo.config import ModelConfig
 from training.zoo.errors import SpecError
-from training.zoo.export import build_model, example_inputs, export_onnx, input_specs, output_specs
+from training.zoo.export import (
+    build_model,
+    example_inputs,
+    export_onnx,
+    input_specs,
+    output_specs,
+)
 from training.zoo.family import TensorSpec
 from training.zoo.registry import family_names, get_family
 from training.zoo.spec import parse_spec, to_spec

@@ -58,7 +58,14 @@ def _io_dict(config, batch) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from training.zoo import export_onnx, family_names, get_family, parse_spec, sample_many, to_spec
+    from training.zoo import (
+        export_onnx,
+        family_names,
+        get_family,
+        parse_spec,
+        sample_many,
+        to_spec,
+    )
 
     if args.command == "export":
         config = parse_spec(args.spec)

@@ -66,7 +66,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(dim)
         self.attn = MultiHeadAttention(dim, heads, tokens, causal)
         self.ln2 = nn.LayerNorm(dim)
-        self.mlp = MLP(dim, int(round(dim * mlp_ratio)))
+        self.mlp = MLP(dim, round(dim * mlp_ratio))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_norm:

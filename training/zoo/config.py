@@ -51,9 +51,9 @@ class ModelConfig:
         params = fam.normalize(copy.deepcopy(dict(self.params)))
         # JSON round trip: tuples -> lists, so equal configs compare equal.
         object.__setattr__(self, "params", json.loads(canonical_json(params)))
-        if self.batch is not None:
-            if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-                raise SpecError(f"bad batch {self.batch!r}: expected a positive integer or None")
+        if self.batch is not None and (
+                isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1):
+            raise SpecError(f"bad batch {self.batch!r}: expected a positive integer or None")
 
     # --- identity ----------------------------------------------------------
     def arch_json(self) -> str:
@@ -65,7 +65,7 @@ class ModelConfig:
         """Stable architecture id: first 16 hex digits of sha256(:meth:`arch_json`)."""
         return hashlib.sha256(self.arch_json().encode("ascii")).hexdigest()[:16]
 
-    def with_batch(self, batch: int | None) -> "ModelConfig":
+    def with_batch(self, batch: int | None) -> ModelConfig:
         """The same architecture with another batch size."""
         return ModelConfig(self.family, self.params, batch)
 
@@ -84,7 +84,7 @@ class ModelConfig:
         return canonical_json(self.to_dict(include_arch_id))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelConfig":
+    def from_dict(cls, data: dict) -> ModelConfig:
         """Inverse of :meth:`to_dict`; an ``arch_id`` key, if present, must match."""
         if not isinstance(data, dict) or "family" not in data:
             raise SpecError(f"bad config {data!r}: expected an object with 'family' and 'params'")
@@ -102,7 +102,7 @@ class ModelConfig:
         return cfg
 
     @classmethod
-    def from_json(cls, text: str) -> "ModelConfig":
+    def from_json(cls, text: str) -> ModelConfig:
         """Inverse of :meth:`to_json`."""
         try:
             data = json.loads(text)

@@ -21,7 +21,16 @@ import random
 import torch
 from torch import nn
 
-from training.zoo.family import Family, Param, classes_param, image_io, make_divisible, pick, res_param, width_param
+from training.zoo.family import (
+    Family,
+    Param,
+    classes_param,
+    image_io,
+    make_divisible,
+    pick,
+    res_param,
+    width_param,
+)
 from training.zoo.layers import ConvBNAct
 
 LAYOUTS = {121: (6, 12, 24, 16), 169: (6, 12, 32, 32), 201: (6, 12, 48, 32), 264: (6, 12, 64, 48)}

@@ -19,6 +19,7 @@ import io
 import json
 import math
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from training.zoo.registry import get_family
 
 #: Batch size used for tracing (any value > 1 avoids batch-1 specializations).
 TRACE_BATCH = 2
+#: Models with more weight bytes than this are written with external data
+#: (``<name>.onnx.data`` beside the file): a protobuf cannot exceed 2 GiB.
+LARGE_MODEL_BYTES = 1_800_000_000
 
 
 def input_specs(config: ModelConfig, batch: int | None = None) -> list[TensorSpec]:
@@ -157,6 +161,9 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
         opset: ONNX opset version.
         seed: weight seed (None -> derived from ``arch_id``).
 
+    Models over :data:`LARGE_MODEL_BYTES` of weights are saved with their
+    weights in ``<name>.data`` beside ``path`` (onnxruntime finds it there).
+
     The model's ``metadata_props`` carry ``zoo.config`` (config JSON with
     arch_id), ``zoo.spec`` and ``zoo.arch_id``.
     """
@@ -168,41 +175,51 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
         raise SpecError(f"bad batch {batch!r}: expected a positive integer or None")
     model = build_model(config, seed)
+    large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
     ins = input_specs(config, TRACE_BATCH)
     outs = output_specs(config, TRACE_BATCH)
     args = tuple(torch.from_numpy(a) for a in example_inputs(config, TRACE_BATCH).values())
-    dynamic = {t.name: {0: BATCH_DIM} for t in ins + outs}
-    buf = io.BytesIO()
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model, args, buf, dynamo=False, opset_version=opset, do_constant_folding=True,
-            input_names=[t.name for t in ins], output_names=[t.name for t in outs],
-            dynamic_axes=dynamic,
-        )
-    del model
+    kwargs = {"dynamo": False, "opset_version": opset, "do_constant_folding": True,
+              "input_names": [t.name for t in ins], "output_names": [t.name for t in outs],
+              "dynamic_axes": {t.name: {0: BATCH_DIM} for t in ins + outs}}
     cfg = config.with_batch(None if batch is None else int(batch))
     meta = onnx.ModelProto()
     for key, value in (("zoo.config", cfg.to_json(include_arch_id=True)),
                        ("zoo.spec", to_spec(config)), ("zoo.arch_id", config.arch_id)):
         entry = meta.metadata_props.add()
         entry.key, entry.value = key, value
-    if batch is None and not structure_only:
-        # Serialized protobuf messages merge when concatenated: appending the
-        # metadata avoids a parse/serialize round trip of the weights.
-        path.write_bytes(buf.getbuffer().tobytes() + meta.SerializeToString())
-        return path
-    proto = onnx.load_from_string(buf.getvalue())
-    del buf
+
+    with torch.no_grad(), warnings.catch_warnings(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        warnings.simplefilter("ignore")
+        if large:  # over the 2 GB protobuf limit: let torch write external data, then load it
+            torch.onnx.export(model, args, os.path.join(tmp, "model.onnx"), **kwargs)
+            del model
+            proto = onnx.load(os.path.join(tmp, "model.onnx"))
+        else:
+            buf = io.BytesIO()
+            torch.onnx.export(model, args, buf, **kwargs)
+            del model
+            if batch is None and not structure_only:
+                # Serialized protobuf messages merge when concatenated: appending the
+                # metadata avoids a parse/serialize round trip of the weights.
+                path.write_bytes(buf.getbuffer().tobytes() + meta.SerializeToString())
+                return path
+            proto = onnx.load_from_string(buf.getvalue())
+            del buf
     proto.MergeFrom(meta)
     if batch is not None:
         _fix_batch(proto, int(batch))
+    data_name = path.name + ".data"
     if structure_only:
-        strip_weights(proto, path.name + ".data")
-        stale = path.with_name(path.name + ".data")
-        if stale.exists():
-            stale.unlink()
-    onnx.save_model(proto, str(path))
+        strip_weights(proto, data_name)
+        if path.with_name(data_name).exists():
+            path.with_name(data_name).unlink()
+        onnx.save_model(proto, str(path))
+    elif large:
+        onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_name, size_threshold=1024)
+    else:
+        onnx.save_model(proto, str(path))
     return path
 
 

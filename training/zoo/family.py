@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from training.zoo.errors import SpecError
 
@@ -182,7 +183,7 @@ class Family:
         for key in raw:
             self.param(key)  # raises on unknown names
         for p in self.params:
-            out[p.name] = p.coerce(raw[p.name] if p.name in raw else p.default, self.name)
+            out[p.name] = p.coerce(raw.get(p.name, p.default), self.name)
         if self.check is not None:
             out = self.check(out)
         return out

@@ -20,7 +20,15 @@ import random
 import torch
 from torch import nn
 
-from training.zoo.family import Family, classes_param, image_io, make_divisible, pick, res_param, width_param
+from training.zoo.family import (
+    Family,
+    classes_param,
+    image_io,
+    make_divisible,
+    pick,
+    res_param,
+    width_param,
+)
 from training.zoo.layers import ConvBNAct
 
 #: Inception modules: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj); "M" = max pool 3x3/s2.

@@ -45,7 +45,15 @@ from torch import nn
 
 from training.zoo.densenet import DenseBlock, Transition
 from training.zoo.errors import SpecError
-from training.zoo.family import Family, Param, classes_param, image_io, make_divisible, pick, res_param
+from training.zoo.family import (
+    Family,
+    Param,
+    classes_param,
+    image_io,
+    make_divisible,
+    pick,
+    res_param,
+)
 from training.zoo.googlenet import Inception
 from training.zoo.layers import ClassifierHead, ConvBNAct, InvertedResidual
 from training.zoo.resnet import BasicBlock, Bottleneck
@@ -171,7 +179,7 @@ def build_stage(c_in: int, s: dict) -> tuple[nn.Module, int]:
             c_in = w
     elif style == "resnext":
         g = s["group"]
-        mid = max(g, int(round(w * r / g)) * g)
+        mid = max(g, round(w * r / g) * g)
         for i in range(d):
             layers.append(Bottleneck(c_in, mid, w, 2 if i == 0 else 1, mid // g, k))
             c_in = w
@@ -210,7 +218,7 @@ class PerfSeerNet(nn.Module):
 def _log_width(rng: random.Random, lo: int, hi: int, unit: int) -> int:
     """Width drawn log-uniformly in [lo, hi], rounded to a multiple of ``unit``."""
     value = math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    return max(unit, int(round(value / unit)) * unit)
+    return max(unit, round(value / unit) * unit)
 
 
 def sample_stage(rng: random.Random, index: int) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
+from functools import cache
 
 from training.zoo.errors import SpecError
 from training.zoo.family import Family
@@ -30,7 +30,7 @@ def family_names() -> list[str]:
     return sorted(FAMILY_MODULES)
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_family(name: str) -> Family:
     """The :class:`Family` called ``name``; :class:`SpecError` listing the valid names otherwise."""
     if name not in FAMILY_MODULES:

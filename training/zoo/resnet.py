@@ -18,7 +18,16 @@ import random
 import torch
 from torch import nn
 
-from training.zoo.family import Family, Param, classes_param, image_io, make_divisible, pick, res_param, width_param
+from training.zoo.family import (
+    Family,
+    Param,
+    classes_param,
+    image_io,
+    make_divisible,
+    pick,
+    res_param,
+    width_param,
+)
 from training.zoo.layers import ClassifierHead, ConvBNAct
 
 

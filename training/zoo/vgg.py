@@ -22,7 +22,16 @@ import torch
 from torch import nn
 
 from training.zoo.errors import SpecError
-from training.zoo.family import Family, Param, classes_param, image_io, make_divisible, pick, res_param, width_param
+from training.zoo.family import (
+    Family,
+    Param,
+    classes_param,
+    image_io,
+    make_divisible,
+    pick,
+    res_param,
+    width_param,
+)
 from training.zoo.layers import ConvBNAct
 
 #: depth -> conv widths per stage (each stage ends in a 2x2 max pool).
