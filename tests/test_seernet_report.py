@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from training.seernet import data
-from training.seernet.export import run_onnx
+from training.seernet.export import export_checkpoints, run_onnx
 from training.seernet.report import main
 from training.seernet.sample import concat_graphs
 from training.seernet.synthetic import write_synthetic_dataset
@@ -60,3 +60,8 @@ def test_report_end_to_end(tmp_path, capsys):
     mape = float(np.mean(np.abs(y - true) / true, axis=0)[0] * 100)
     assert abs(mape - manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"]) < 1e-2
     assert onnx.load(exp / "seernet.onnx").graph.output[0].name == "y"
+
+    # the same file again from the checkpoints
+    ckpts = [out / "checkpoints" / "arch" / f"seernet__{m}.pt" for m in ("latency_ms", "peak_mem_mb")]
+    again = export_checkpoints(ckpts, tmp_path / "again.onnx")
+    np.testing.assert_allclose(run_onnx(again, **a), y, rtol=1e-5)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import warnings
@@ -149,3 +150,38 @@ def _example_inputs(norm: Normalization) -> tuple[Tensor, ...]:
     u = torch.rand(2, fg, generator=g) * 10
     node_batch = torch.tensor([0, 0, 0, 0, 1, 1, 1])
     return x, edge_index, edge_attr, u, node_batch
+
+
+def export_checkpoints(checkpoints: Sequence[str | os.PathLike], path: str | os.PathLike,
+                       opset: int = 18) -> Path:
+    """Export SeerNet checkpoints (:func:`training.seernet.train.save_checkpoint`)
+    to one ONNX file: one SeerNet-Multi, or several single-metric SeerNets
+    trained with the same normalization, stacked in the given order."""
+    from training.seernet.seernet import StackedPredictor
+    from training.seernet.train import load_checkpoint
+
+    loaded = [load_checkpoint(c) for c in checkpoints]
+    norms = {json.dumps(n.to_dict(), sort_keys=True) for _, n, _, _ in loaded}
+    if len(norms) != 1:
+        raise ValueError("checkpoints were trained with different normalizations; export them "
+                         "separately or retrain on one split")
+    metrics = [m for _, _, ms, _ in loaded for m in ms]
+    model = loaded[0][0] if len(loaded) == 1 else StackedPredictor([m for m, _, _, _ in loaded])
+    return export_seernet(model, loaded[0][1], path, metrics, opset)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m training.seernet.export",
+                                description="Export SeerNet checkpoints to one ONNX predictor.")
+    p.add_argument("checkpoints", nargs="+", help="checkpoint files (.pt), outputs in this order")
+    p.add_argument("--out", required=True, help="ONNX file to write")
+    p.add_argument("--opset", type=int, default=18)
+    a = p.parse_args(argv)
+    print(export_checkpoints(a.checkpoints, a.out, a.opset))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

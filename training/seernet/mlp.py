@@ -1,17 +1,4 @@
-"""A plain multi-layer perceptron: ``Linear -> ReLU`` per layer.
-
-``MLP([in, 256])`` is the paper's "one layer with 256 hidden dimensions"
-(``Linear(in, 256) + ReLU``); ``MLP([256, 256, 1], plain_last=True)`` is a
-two-layer prediction head whose last layer has no activation.
-
-Args:
-    channels (list[int]): ``[in, hidden..., out]``; ``len - 1`` layers.
-    plain_last (bool): no activation (or dropout) after the last layer.
-    dropout (float): dropout after each activation (default ``0``).
-
-Shapes:
-    ``[*, channels[0]] -> [*, channels[-1]]``.
-"""
+"""A plain multi-layer perceptron, the building block of every SeerNet MLP."""
 
 from __future__ import annotations
 
@@ -21,6 +8,21 @@ from torch import Tensor, nn
 
 
 class MLP(nn.Module):
+    """A plain multi-layer perceptron: ``Linear -> ReLU`` per layer.
+
+    ``MLP([in, 256])`` is the paper's "one layer with 256 hidden dimensions"
+    (``Linear(in, 256) + ReLU``); ``MLP([256, 256, 1], plain_last=True)`` is a
+    two-layer prediction head whose last layer has no activation.
+
+    Args:
+        channels (list[int]): ``[in, hidden..., out]``; ``len - 1`` layers.
+        plain_last (bool): no activation (or dropout) after the last layer.
+        dropout (float): dropout after each activation (default ``0``).
+
+    Shapes:
+        ``[*, channels[0]] -> [*, channels[-1]]``.
+    """
+
     def __init__(self, channels: Sequence[int], plain_last: bool = False, dropout: float = 0.0):
         super().__init__()
         if len(channels) < 2:

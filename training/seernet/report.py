@@ -117,7 +117,8 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                              "seconds_per_epoch": res.seconds / max(res.epochs_run, 1)}
                 if ckpt_dir is not None:
                     suffix = "" if len(groups) == 1 else f"__{tag}"
-                    save_checkpoint(ckpt_dir / f"{name}{suffix}.pt", name, config, model, norm, group, cfg, split=scheme, history=res.history)
+                    save_checkpoint(ckpt_dir / f"{name}{suffix}.pt", name, config, model, norm, group,
+                                    cfg, split=scheme, history=res.history)
         pred = np.full((len(ps["test"]), len(metrics)), np.nan)
         if len(ps["test"]):
             pred[:, [metrics.index(m) for m in train_metrics]] = norm.decode_targets(pred_z, train_metrics)

@@ -1,22 +1,4 @@
-r"""Softmax aggregation (the ``rho^{v->z}`` of SeerNet and GNPB's init of ``z``).
-
-As PyG's ``SoftmaxAggregation(t=1, learn=False)`` (Li et al., "DeeperGCN",
-2020): per graph and per channel, a softmax over the nodes weights the nodes'
-own values,
-
-.. math::
-    \bar{v}_{g,c} = \sum_{i \in g} \frac{\exp(t\,v_{i,c})}
-                    {\sum_{j \in g} \exp(t\,v_{j,c})} v_{i,c}.
-
-It interpolates between mean (``t -> 0``) and max (``t -> inf``).
-
-Args:
-    t (float): inverse temperature (default ``1.0``, as in PyG).
-    learn (bool): make ``t`` a learned parameter (default ``False``).
-
-Shapes:
-    x ``[N, C]``, index ``int64[N]`` (graph of each node) -> ``[G, C]``.
-"""
+"""Softmax aggregation: SeerNet's rho^{v->z} and GNPB's initialisation of z."""
 
 from __future__ import annotations
 
@@ -27,6 +9,26 @@ from training.seernet.scatter import scatter_max, scatter_sum
 
 
 class SoftmaxAggregation(nn.Module):
+    r"""Softmax aggregation (the ``rho^{v->z}`` of SeerNet and GNPB's init of ``z``).
+
+    As PyG's ``SoftmaxAggregation(t=1, learn=False)`` (Li et al., "DeeperGCN",
+    2020): per graph and per channel, a softmax over the nodes weights the nodes'
+    own values,
+
+    .. math::
+        \bar{v}_{g,c} = \sum_{i \in g} \frac{\exp(t\,v_{i,c})}
+                        {\sum_{j \in g} \exp(t\,v_{j,c})} v_{i,c}.
+
+    It interpolates between mean (``t -> 0``) and max (``t -> inf``).
+
+    Args:
+        t (float): inverse temperature (default ``1.0``, as in PyG).
+        learn (bool): make ``t`` a learned parameter (default ``False``).
+
+    Shapes:
+        x ``[N, C]``, index ``int64[N]`` (graph of each node) -> ``[G, C]``.
+    """
+
     def __init__(self, t: float = 1.0, learn: bool = False):
         super().__init__()
         self.init_t = float(t)

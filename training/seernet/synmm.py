@@ -1,23 +1,4 @@
-r"""SynMM: Synergistic Max-Mean aggregation (paper 001, section 3.2, eq. 7).
-
-Node features are reduced per graph by max and by mean, then combined by a
-learned linear combination, one pair of coefficients per channel:
-
-.. math::
-    \bar{v}_1 = \max_{i \in g} v_i, \quad
-    \bar{v}_2 = \frac{1}{|g|} \sum_{i \in g} v_i, \quad
-    \bar{v} = a \odot \bar{v}_1 + b \odot \bar{v}_2.
-
-``a = 1, b = 0`` gives max aggregation and ``a = 0, b = 1`` mean. Both start
-at 0.5. (A full ``Linear(2C, C)`` over ``[max || mean]`` would be no more
-expressive here: SynMM feeds ``MLP_u`` whose first layer is linear.)
-
-Args:
-    channels (int): feature size ``C``.
-
-Shapes:
-    x ``[N, C]``, index ``int64[N]`` -> ``[G, C]``.
-"""
+"""SynMM: Synergistic Max-Mean aggregation (paper 001, section 3.2, eq. 7)."""
 
 from __future__ import annotations
 
@@ -28,6 +9,29 @@ from training.seernet.scatter import scatter_max, scatter_mean
 
 
 class SynMM(nn.Module):
+    r"""SynMM: Synergistic Max-Mean aggregation (paper 001, section 3.2, eq. 7).
+
+    Node features are reduced per graph by max and by mean, then combined by a
+    learned linear combination, one pair of coefficients per channel:
+
+    .. math::
+        \bar{v}_1 = \max_{i \in g} v_i, \quad
+        \bar{v}_2 = \frac{1}{|g|} \sum_{i \in g} v_i, \quad
+        \bar{v} = a \odot \bar{v}_1 + b \odot \bar{v}_2.
+
+    ``a = 1, b = 0`` gives max aggregation and ``a = 0, b = 1`` mean; both
+    start at 0.5. The paper says only "linear aggregation" of the two results;
+    we read it as this per-channel weighted sum (the other reading, a full
+    ``Linear(2C, C)`` over ``[max || mean]``, adds ``2C^2`` parameters in front
+    of ``MLP_u``, whose first layer is linear already).
+
+    Args:
+        channels (int): feature size ``C``.
+
+    Shapes:
+        x ``[N, C]``, index ``int64[N]`` -> ``[G, C]``.
+    """
+
     def __init__(self, channels: int):
         super().__init__()
         self.channels = channels
