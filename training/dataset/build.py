@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -266,6 +267,12 @@ class Builder:
 
     def run(self) -> int:
         """Measure until ``target`` configurations exist or the budget ends."""
+        try:
+            return self._run()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _run(self) -> int:
         start = time.monotonic()
         self._save_campaign("running")
         self.reference_pass()
