@@ -212,3 +212,20 @@ def test_cell_paths():
     # node 1's conv feeds nothing that reaches node 3
     assert protocol.cell_paths("|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|") \
         == {"cut": False, "dead_ops": 1}
+
+
+def test_nb201_eager_keeps_what_pytorch_runs(tmp_path):
+    """The zoo's export drops a dead convolution and the `none` edges; the
+    eager graph keeps both (what NAS-Bench-201's PyTorch cell executes)."""
+    from collections import Counter
+
+    from training.byod.graphs import GraphCache, resolve
+
+    cell = "|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|"
+    cache = GraphCache(tmp_path / "cache")
+    zoo = Counter(cache.get(resolve("nb201:" + cell, tmp_path), 1).node_ops)
+    eager = Counter(cache.get(resolve("nb201-eager:" + cell, tmp_path), 1).node_ops)
+    # stem 1 + two reduction blocks x 3 convs = 7; the dead conv adds one per cell (15 cells)
+    assert zoo["Conv"] == 7 and eager["Conv"] == 7 + 15
+    assert zoo["Mul"] == 0 and eager["Mul"] >= 15
+    assert resolve("nb201-eager:" + cell, tmp_path).arch_id != resolve("nb201:" + cell, tmp_path).arch_id

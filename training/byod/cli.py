@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                                                  "titanxp_1 gold_6240 pixel3 samsung_s7 titanxp_256)")
     n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot"],
                    choices=["flops", "single", "fewshot"], help="what to run (default: all)")
+    n.add_argument("--graphs", choices=["eager", "zoo"], default="eager",
+                   help="eager: the networks as NAS-Bench-201's PyTorch code runs them (every edge, dead "
+                        "nodes kept; default); zoo: the zoo's nb201 export (none edges and dead code removed)")
     n.add_argument("--export-device", action="append", default=[],
                    help="also ship the 900-sample predictor of this device to exported_models/nb201-<device>/")
     _add_train_settings(n, 300)

@@ -1,7 +1,9 @@
 """Models named in a CSV -> PerfGraphs, cached on disk.
 
-A model entry is either a path to an ONNX file (relative to the CSV's folder)
-or a zoo spec string (``nb201:<cell>``, ``resnet:depth=50,...``). A zoo spec
+A model entry is a path to an ONNX file (relative to the CSV's folder), a
+zoo spec string (``nb201:<cell>``, ``resnet:depth=50,...``), or
+``nb201-eager:<cell>``: a NAS-Bench-201 network as its PyTorch code executes
+it (:mod:`training.byod.nb201_eager`). A zoo spec
 is exported once per architecture (dynamic batch axis, structure only) into
 the cache and extracted at every batch size asked for; every extracted graph
 is stored as ``<cache>/graphs/<key>.npz`` where ``key`` hashes the canonical
@@ -23,17 +25,19 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from perfseer_rt.graph import PerfGraph, extract, layout
+from training.byod import nb201_eager
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 
 
 @dataclass(frozen=True)
 class ModelRef:
-    """One model of a CSV, resolved: ``kind`` is ``"zoo"`` or ``"onnx"``.
+    """One model of a CSV, resolved: ``kind`` is ``"zoo"``, ``"onnx"`` or ``"nb201-eager"``.
 
     Attributes:
-        kind: ``"zoo"`` (``text`` is the canonical spec) or ``"onnx"``
-            (``text`` is the absolute path).
+        kind: ``"zoo"`` (``text`` is the canonical spec), ``"onnx"``
+            (``text`` is the absolute path) or ``"nb201-eager"`` (``text`` is
+            ``nb201-eager:<cell>``, see :mod:`training.byod.nb201_eager`).
         text: canonical spec or absolute ONNX path.
         arch_id: zoo architecture id, or the sha256 prefix of the ONNX bytes.
         family: zoo family, or ``"onnx"``.
@@ -46,7 +50,7 @@ class ModelRef:
 
     def key(self, batch: int) -> str:
         """Cache key of this model at ``batch`` (hex)."""
-        raw = f"{layout.FEATURE_VERSION}|{self.kind}|{self.arch_id}|{self.text if self.kind == 'zoo' else ''}|b{batch}"
+        raw = f"{layout.FEATURE_VERSION}|{self.kind}|{self.arch_id}|{self.text if self.kind != 'onnx' else ''}|b{batch}"
         return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
@@ -71,6 +75,9 @@ def resolve(text: str, base: Path) -> ModelRef:
     from training.zoo import parse_spec, to_spec
 
     t = text.strip()
+    if t.startswith(nb201_eager.PREFIX + ":"):
+        cell = nb201_eager.canonical(t.partition(":")[2])
+        return ModelRef("nb201-eager", f"{nb201_eager.PREFIX}:{cell}", nb201_eager.arch_id(cell), "nb201")
     if looks_like_spec(t):
         cfg = parse_spec(t)
         return ModelRef("zoo", to_spec(cfg), cfg.arch_id, cfg.family)
@@ -134,7 +141,7 @@ class GraphCache:
         """The ONNX file to extract: the user's, or the zoo's export (cached)."""
         if ref.kind == "onnx":
             return Path(ref.text)
-        path = self.root / "onnx" / f"{ref.arch_id}.onnx"
+        path = self.root / "onnx" / (f"{ref.arch_id}.onnx" if ref.kind == "zoo" else f"{ref.kind}-{ref.arch_id}.onnx")
         if not path.is_file():
             self._export(ref, path)
         return path
@@ -143,6 +150,13 @@ class GraphCache:
         from training.zoo import export_onnx, parse_spec
 
         t0 = time.perf_counter()
+        if ref.kind == "nb201-eager":
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                out = nb201_eager.export(ref.text.partition(":")[2], Path(tmp) / path.name)
+                os.replace(out, path)
+            self.exports += 1
+            self.export_seconds += time.perf_counter() - t0
+            return
         cfg = parse_spec(ref.text)
         # Export beside the target and rename, so a cut-off run leaves no
         # half-written file in the cache.

@@ -109,16 +109,18 @@ def device_batch(device: str) -> int:
 class Samples:
     """GraphSample templates of every architecture at every batch size needed."""
 
-    def __init__(self, data: HelpData, batches: Sequence[int], cache: GraphCache):
-        refs = [resolve("nb201:" + c, Path(".")) for c in data.cells]
+    def __init__(self, data: HelpData, batches: Sequence[int], cache: GraphCache, graphs: str = "eager"):
+        prefix = {"eager": "nb201-eager:", "zoo": "nb201:"}[graphs]
+        self.variant = graphs
+        refs = [resolve(prefix + c, Path(".")) for c in data.cells]
         self.by_batch: dict[int, list[GraphSample]] = {}
         for b in sorted(set(batches)):
-            graphs = graphs_for(refs, [b] * len(refs), cache, f"nb201 graphs, batch {b}")
+            built = graphs_for(refs, [b] * len(refs), cache, f"{prefix} graphs, batch {b}")
             self.by_batch[b] = [
                 from_perfgraph(replace(g, x=g.x.astype(np.float32), edge_attr=g.edge_attr.astype(np.float32),
                                        u=g.u.astype(np.float32)), {}, arch_id=r.arch_id, family="nb201",
                                batch=b, key=f"nb201/{i}/b{b}")
-                for i, (g, r) in enumerate(zip(graphs, refs))]
+                for i, (g, r) in enumerate(zip(built, refs))]
 
     def for_device(self, idx: Sequence[int], device: str, latency: np.ndarray) -> list[GraphSample]:
         """Samples of architectures ``idx`` with the device's latency as target."""
@@ -178,7 +180,7 @@ def run_single(data: HelpData, samples: Samples, devices: Sequence[str], cfg: Tr
     from training.byod.fit import fit_seernet
 
     settings = {"cfg": {k: v for k, v in cfg.to_dict().items() if k not in ("progress", "threads")},
-                "hidden": hidden, "feature_version": layout.FEATURE_VERSION, "v": 1}
+                "hidden": hidden, "feature_version": layout.FEATURE_VERSION, "graphs": samples.variant, "v": 1}
     out = {}
     for n, d in enumerate(devices, start=1):
         cached = store.get("single", d, settings)
@@ -240,7 +242,8 @@ def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_o
     if not pre_devs:
         raise ByodError("few-shot: every device is held out; keep some for pre-training")
     settings = {"cfg": {k: v for k, v in cfg.to_dict().items() if k not in ("progress", "threads")},
-                "hidden": hidden, "pre": pre_devs, "feature_version": layout.FEATURE_VERSION, "v": 1}
+                "hidden": hidden, "pre": pre_devs, "feature_version": layout.FEATURE_VERSION,
+                "graphs": samples.variant, "v": 1}
     metrics = [f"{d}_ms" for d in pre_devs]
     ckpt = store._path("pretrain", "model", settings).with_suffix(".pt")
     info = store.get("pretrain", "model", settings)
@@ -336,7 +339,7 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
     store = RunStore(cache.root / "nb201-runs")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    samples = Samples(data, [device_batch(d) for d in devices], cache)
+    samples = Samples(data, [device_batch(d) for d in devices], cache, args.graphs)
     timings["graphs"] = time.perf_counter() - t0
     log(f"graphs ready: {len(data.cells)} architectures at batch {sorted(samples.by_batch)} "
         f"({cache.exports} exported now, {cache.export_seconds:.0f} s)")

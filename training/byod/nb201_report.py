@@ -145,7 +145,9 @@ def _method(r: dict) -> list[str]:
             "is an architecture at one batch size and carries the latencies of that batch's devices; "
             "missing ones are masked out of the loss. Loss = mean of the per-device MSEs (no PCGrad: a "
             "dozen tasks would cost a dozen backward passes per step). We chose per-device heads over a "
-            "device-embedding input because a new device then needs no retraining of the network: ",
+            "device-embedding input: a new device then needs only a new head, fitted in closed form on "
+            "frozen features, where a device embedding would have to be learned by gradient steps "
+            "through the whole network from a handful of samples.",
             "- Adaptation to a new device: the pre-trained network is frozen; each architecture is "
             "described by the heads' outputs (its predicted latency on every pre-training device, on the "
             "graph at the new device's batch size) and optionally by the 256-wide graph embedding. A ridge "
