@@ -90,9 +90,10 @@ def test_seernet_shapes(cls):
 def test_seernet_parameter_count_and_repr():
     model = SeerNet(SeerNetConfig())
     h = 256
-    expected = ((FE + 2 * FN) * h + h          # MLP_e
-                + (h + FN + FG) * h + h        # MLP_v
-                + FN * h                       # W_z (z into the hidden space)
+    fn = FN - len(layout.OP_VOCAB) - 1  # the op one-hot block is not read (paper 001, 4.2)
+    expected = ((FE + 2 * fn) * h + h          # MLP_e
+                + (h + fn + FG) * h + h        # MLP_v
+                + fn * h                       # W_z (z into the hidden space)
                 + 2 * (h * h + h)              # MLP_z, two layers
                 + 2 * h                        # SynMM coefficients
                 + (2 * h + FG) * h + h         # MLP_u
@@ -129,6 +130,20 @@ def test_gnpb_uses_the_node_features():
     x, ei, ea, u, nb = _inputs(((4, 3),))
     z = model.gnpb_init(x, nb, 1)
     assert torch.allclose(z[0], (torch.softmax(x, dim=0) * x).sum(0), atol=1e-6)
+
+
+def test_seernet_ignores_op_onehot_unless_asked():
+    x, ei, ea, u, nb = _inputs()
+    k = len(layout.OP_VOCAB) + 1
+    assert all(c.startswith("op_") for c in layout.NODE_COLUMNS[:k])
+    x2 = x.clone()
+    x2[:, :k] = torch.randn(x.shape[0], k)
+    model = SeerNet(SeerNetConfig()).eval()
+    assert torch.equal(model(x, ei, ea, u, nb), model(x2, ei, ea, u, nb))
+    model = SeerNet(SeerNetConfig(drop_op_onehot=False)).eval()
+    assert not torch.allclose(model(x, ei, ea, u, nb), model(x2, ei, ea, u, nb))
+    with pytest.raises(ValueError, match="drop_op_onehot"):
+        SeerNet(SeerNetConfig(node_dim=10))
 
 
 def test_pcgrad_projects_only_conflicting_gradients():

@@ -45,6 +45,8 @@ class SeerBlock(nn.Module):
         edge_dim (int): edge features ``Fe``.
         global_dim (int): global features ``Fg``.
         hidden (int): width of every MLP (default ``256``).
+        dropout (float): dropout after each MLP activation (default ``0``,
+            as in the paper).
 
     Shapes:
         - **input:** x ``[N, Fn]``, edge_index ``int64[2, E]``,
@@ -54,16 +56,17 @@ class SeerBlock(nn.Module):
           u' [G, hidden])``.
     """
 
-    def __init__(self, node_dim: int, edge_dim: int, global_dim: int, hidden: int = 256):
+    def __init__(self, node_dim: int, edge_dim: int, global_dim: int, hidden: int = 256,
+                 dropout: float = 0.0):
         super().__init__()
         self.node_dim, self.edge_dim, self.global_dim, self.hidden = node_dim, edge_dim, global_dim, hidden
-        self.mlp_e = MLP([edge_dim + 2 * node_dim, hidden])
-        self.mlp_v = MLP([hidden + node_dim + global_dim, hidden])
+        self.mlp_e = MLP([edge_dim + 2 * node_dim, hidden], dropout=dropout)
+        self.mlp_v = MLP([hidden + node_dim + global_dim, hidden], dropout=dropout)
         self.aggr_z = SoftmaxAggregation()
         self.z_proj = nn.Linear(node_dim, hidden, bias=False)
-        self.mlp_z = MLP([hidden, hidden, hidden])
+        self.mlp_z = MLP([hidden, hidden, hidden], dropout=dropout)
         self.aggr_u = SynMM(hidden)
-        self.mlp_u = MLP([2 * hidden + global_dim, hidden])
+        self.mlp_u = MLP([2 * hidden + global_dim, hidden], dropout=dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

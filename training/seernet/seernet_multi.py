@@ -29,7 +29,7 @@ class SeerNetMulti(SeerNet):
 
     def _make_heads(self) -> nn.Module:
         c = self.config
-        return nn.ModuleList(MLP([c.hidden, c.hidden, 1], plain_last=True)
+        return nn.ModuleList(MLP([c.hidden, c.hidden, 1], plain_last=True, dropout=c.dropout)
                              for _ in range(c.num_outputs))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, u: Tensor,
