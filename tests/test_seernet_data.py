@@ -101,3 +101,17 @@ def test_collate_offsets_edges_and_builds_node_batch():
     assert b.y.shape == (3, 1)
     with pytest.raises(ValueError, match="no nodes"):
         concat_graphs([np.zeros((0, 3))], [np.zeros((2, 0))], [np.zeros((0, 6))], [np.zeros(19)])
+
+
+def test_repeated_measurements_become_one_sample(tmp_path):
+    root = write_synthetic_dataset(tmp_path / "ds", num_archs=4, batches=(1,))
+    first = json.loads((root / "records" / "part0000.jsonl").read_text().splitlines()[0])
+    with open(root / "records" / "part0001.jsonl", "w") as fh:
+        for lat in (1.0, 2.0, 30.0):
+            fh.write(json.dumps({**first, "reference": True, "metrics": {"latency_ms": lat}}) + "\n")
+    samples = data.load_samples(root)
+    assert len(samples) == 4
+    merged = next(s for s in samples if s.key == first["graph_key"])
+    assert merged.extra["repeats"] == 4
+    assert merged.targets["latency_ms"] == float(np.median([first["metrics"]["latency_ms"], 1.0, 2.0, 30.0]))
+    assert merged.targets["peak_mem_mb"] == first["metrics"]["peak_mem_mb"]

@@ -130,31 +130,42 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
                  device: str | None = None) -> list[GraphSample]:
     """The successful records of a dataset joined with their graphs.
 
+    Records of one configuration measured more than once (the same
+    ``device`` and ``graph_key``, e.g. the reference set re-measured during a
+    campaign to watch drift) become one sample whose metrics are the medians;
+    ``extra["repeats"]`` says how many records it merged.
+
     Args:
         dataset_dir: the dataset folder (layout in the module doc).
         metrics: keep only these metrics in ``targets`` (default: all).
         device: keep only records of this device (default: all).
     """
     wanted = set(metrics) if metrics is not None else None
-    ok = [r for r in read_records(dataset_dir)
-          if r.get("status") == "ok" and (device is None or r.get("device") == device)]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in read_records(dataset_dir):
+        if r.get("status") == "ok" and (device is None or r.get("device") == device):
+            groups.setdefault((str(r.get("device")), str(r.get("graph_key", ""))), []).append(r)
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
     for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
         graphs.update(read_graph_shard(shard))
     samples = []
-    for r in ok:
-        key = str(r.get("graph_key", ""))
+    for (dev, key), rs in groups.items():
+        r = rs[0]
         if key not in graphs:
             raise DatasetError(f"{dataset_dir}: record {r.get('arch_id')!r} batch {r.get('batch')} "
                                f"points to graph_key {key!r}, which no graphs/*.npz shard holds")
         x, ei, ea, u = graphs[key]
-        targets = {m: float(v) for m, v in (r.get("metrics") or {}).items()
-                   if (wanted is None or m in wanted) and _positive(v)}
+        values: dict[str, list[float]] = {}
+        for rec in rs:
+            for m, v in (rec.get("metrics") or {}).items():
+                if (wanted is None or m in wanted) and _positive(v):
+                    values.setdefault(m, []).append(float(v))
         samples.append(GraphSample(
-            x=x, edge_index=ei, edge_attr=ea, u=u, targets=targets,
+            x=x, edge_index=ei, edge_attr=ea, u=u,
+            targets={m: float(np.median(v)) for m, v in values.items()},
             arch_id=str(r["arch_id"]), family=str(r.get("family", "")), batch=int(r.get("batch", 0)),
             split_arch=str(r.get("split_arch", "")), split_family=str(r.get("split_family", "")),
-            key=key, extra={"device": r.get("device")}))
+            key=key, extra={"device": dev, "repeats": len(rs)}))
     return samples
 
 
