@@ -112,3 +112,18 @@ def test_training_step_records(tmp_path):
     assert ok and all(r["kind"] == "train" for r in records)
     assert ok[0]["metrics"]["step_ms"] > 0 and ok[0]["metrics"]["peak_mem_mb"] > 0
     assert ok[0]["quality"]["step_cv"] is not None
+
+
+def test_reference_set_remeasured_in_one_shard(tmp_path, worker, monkeypatch):
+    """Reference architectures are measured at the start, every N records and
+    at the end; their repeated graphs share one entry of a shard."""
+    from training.dataset import build
+
+    monkeypatch.setattr(build, "REFERENCE_SPECS", ("mobilenetv3:variant=small,width=0.35,res=32",))
+    out = tmp_path / "ds"
+    s = settings(out, 2)
+    s.reference, s.reference_every, s.shard_size = True, 1, 50
+    Builder(s, worker, log=lambda *_: None).run()
+    records = check_consistent(out)
+    refs = [r for r in records if r["reference"]]
+    assert len(refs) >= 3 and len({r["graph_key"] for r in refs}) == 1

@@ -96,7 +96,8 @@ class ShardWriter:
         self.graphs: list = []
 
     def add(self, record: dict, graph=None) -> None:
-        if graph is not None:
+        # a re-measured configuration (the reference set) has the same graph
+        if graph is not None and record["graph_key"] not in self.keys:
             self.keys.append(record["graph_key"])
             self.graphs.append(graph)
             self._write_graphs(self.graphs_path, self.keys, self.graphs)
