@@ -282,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dataset", required=True, help="dataset folder (records/*.jsonl, graphs/*.npz)")
     p.add_argument("--out", required=True, help="report folder to write")
     p.add_argument("--metrics", nargs="+", help="metrics to predict (default: all in the dataset)")
-    p.add_argument("--models", nargs="+", default=list(models.MODEL_NAMES), choices=models.MODEL_NAMES)
+    p.add_argument("--models", nargs="+", default=list(models.MODEL_NAMES), choices=models.MODEL_NAMES,
+                   metavar="NAME", help=f"models to train (default all: {' '.join(models.MODEL_NAMES)})")
     p.add_argument("--splits", nargs="+", default=["arch", "family"], choices=["arch", "family"])
     p.add_argument("--device", help="use only records of this device; also the exported device name")
     p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
