@@ -18,7 +18,9 @@ and may carry anything else (``spec``, ``quality``, ``env``, ...). A metric
 value that is missing, non-finite or ``<= 0`` is treated as absent for that
 record. ``split_family`` may use only ``"train"``/``"test"``: a quarter of the
 training architectures then becomes the validation set (by a hash of
-``arch_id``, so it is stable).
+``arch_id``, so it is stable). Records of the same ``device`` and
+``graph_key`` (repeated measurements, e.g. a drift-reference set) are merged
+into one sample with the median of each metric.
 
 A graph shard (:func:`write_graph_shard`) is an ``.npz`` (no pickles) with::
 
