@@ -33,7 +33,7 @@ def _normalize(b):
 @pytest.mark.parametrize("name", ["pmgns", "eagle"])
 def test_pyg_baselines_shapes(name):
     pytest.importorskip("torch_geometric")
-    from training.seernet.baselines import Eagle, PMGNS
+    from training.seernet.baselines import PMGNS, Eagle
     model = (PMGNS(FN, FG, num_outputs=2) if name == "pmgns" else Eagle(FN, num_outputs=2)).eval()
     b = _normalize(_batch())
     out = model(*b.inputs())

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from perfseer_rt.graph import layout
-from training.seernet import Normalization, SeerNet, SeerNetConfig, SeerNetMulti, concat_graphs
+from training.seernet import (
+    Normalization,
+    SeerNet,
+    SeerNetConfig,
+    SeerNetMulti,
+    concat_graphs,
+)
 from training.seernet.export import NormalizedPredictor, export_seernet, run_onnx
 from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.seernet import StackedPredictor
@@ -34,7 +40,8 @@ def _cases():
     rng = np.random.default_rng(1)
     single = random_graph(rng, 1)
     no_edges = random_graph(rng, 6)
-    no_edges.edge_index, no_edges.edge_attr = np.zeros((2, 0), np.int64), np.zeros((0, len(layout.EDGE_COLUMNS)))
+    no_edges.edge_index = np.zeros((2, 0), np.int64)
+    no_edges.edge_attr = np.zeros((0, len(layout.EDGE_COLUMNS)))
     many = [random_graph(rng, int(rng.integers(1, 60)), batch=int(rng.choice([1, 4, 64]))) for _ in range(64)]
     return {"single node": [single], "no edges": [no_edges, no_edges], "many graphs": many,
             "large graph": [random_graph(rng, 2000, batch=8)], "mixed": [single, no_edges] + many[:5]}

@@ -9,10 +9,22 @@ import pytest
 import torch
 
 from perfseer_rt.graph import layout
-from training.seernet import (GraphSample, Normalization, SeerNet, SeerNetConfig, SeerNetMulti, collate,
-                              count_parameters)
+from training.seernet import (
+    GraphSample,
+    Normalization,
+    SeerNet,
+    SeerNetConfig,
+    SeerNetMulti,
+    collate,
+    count_parameters,
+)
 from training.seernet.pcgrad import pcgrad_backward, project_conflicting
-from training.seernet.scatter import scatter_logsumexp, scatter_max, scatter_mean, scatter_sum
+from training.seernet.scatter import (
+    scatter_logsumexp,
+    scatter_max,
+    scatter_mean,
+    scatter_sum,
+)
 from training.seernet.seer_block import SeerBlock
 from training.seernet.softmax_aggr import SoftmaxAggregation
 from training.seernet.synmm import SynMM
@@ -179,8 +191,9 @@ def test_normalization_round_trip_and_transform():
     norm = Normalization.fit(samples, ["latency_ms", "peak_mem_mb"])
     again = Normalization.from_json(norm.to_json())
     s = samples[0]
-    for a, b in ((norm.apply(s), again.apply(s)),):
-        assert np.array_equal(a.x, b.x) and np.array_equal(a.u, b.u) and np.array_equal(a.edge_attr, b.edge_attr)
+    a, b = norm.apply(s), again.apply(s)
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.u, b.u)
+    assert np.array_equal(a.edge_attr, b.edge_attr)
     allx = np.concatenate([norm.apply(t).x for t in samples])
     varying = np.concatenate([t.x for t in samples]).std(0) > 0
     assert np.allclose(allx.mean(0), 0, atol=1e-4)

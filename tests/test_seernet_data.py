@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from perfseer_rt.graph import layout
-from training.seernet import collate, concat_graphs
-from training.seernet import data
+from training.seernet import collate, concat_graphs, data
 from training.seernet.synthetic import random_graph, write_synthetic_dataset
 
 

@@ -6,7 +6,13 @@ needs nothing but onnxruntime; torch_geometric is used by two baselines only.
 """
 
 from training.seernet.normalization import Normalization
-from training.seernet.sample import GraphBatch, GraphSample, collate, concat_graphs, from_perfgraph
+from training.seernet.sample import (
+    GraphBatch,
+    GraphSample,
+    collate,
+    concat_graphs,
+    from_perfgraph,
+)
 from training.seernet.seernet import SeerNet, SeerNetConfig, count_parameters
 from training.seernet.seernet_multi import SeerNetMulti
 

@@ -35,8 +35,15 @@ import numpy as np
 from training.seernet import data, models
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.normalization import Normalization
-from training.seernet.train import (PreparedSet, TrainConfig, predict_z, prepare, save_checkpoint,
-                                    set_seed, train_model)
+from training.seernet.train import (
+    PreparedSet,
+    TrainConfig,
+    predict_z,
+    prepare,
+    save_checkpoint,
+    set_seed,
+    train_model,
+)
 
 
 def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | None = None,
@@ -107,10 +114,10 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
             pred_z = np.full((len(ps["test"]), len(train_metrics)), np.nan)
             info, modules = {}, {}
             for group in groups:
-                model, res, config = _fit_torch(name, group, ps, norm, cfg, f"{scheme}/{name}/{'+'.join(group)}")
+                tag = "+".join(group)
+                model, res, config = _fit_torch(name, group, ps, norm, cfg, f"{scheme}/{name}/{tag}")
                 cols = [train_metrics.index(m) for m in group]
                 pred_z[:, cols] = predict_z(model, ps["test"], cfg.eval_batch_size)
-                tag = "+".join(group)
                 modules[tag] = model
                 info[tag] = {"parameters": _params(model), "epochs": res.epochs_run,
                              "best_epoch": res.best_epoch, "best_val_loss": res.best_val,
@@ -170,7 +177,8 @@ def _params(model) -> int:
 def _plots(folder: Path, scheme: str, test: list, metrics: list[str], result: dict, trained: dict) -> None:
     from training.seernet.plots import plot_predictions
 
-    true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in test]).reshape(len(test), len(metrics))
+    true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in test])
+    true = true.reshape(len(test), len(metrics))
     for i, m in enumerate(metrics):
         panels = {r["display"]: (true[:, i], r["predictions"][:, i], r["metrics"][m]["mape"])
                   for r in result["models"].values()}
@@ -214,7 +222,8 @@ def _markdown(report: dict, metrics: list[str]) -> str:
         head = "| model | params | " + " | ".join(f"{m} MAPE % | {m} ±10 % share" for m in metrics) \
             + " | mean MAPE % |"
         lines += [head, "|" + "---|" * (3 + 2 * len(metrics))]
-        ranked = sorted(res["models"].items(), key=lambda kv: (kv[1]["mean_mape"] is None, kv[1]["mean_mape"]))
+        ranked = sorted(res["models"].items(),
+                        key=lambda kv: (kv[1]["mean_mape"] is None, kv[1]["mean_mape"]))
         for name, r in ranked:
             cells = " | ".join(f"{_fmt(r['metrics'][m]['mape'])} | {_fmt(r['metrics'][m]['within_10'], 1)}"
                                for m in metrics)

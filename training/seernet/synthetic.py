@@ -41,7 +41,8 @@ def random_graph(rng: np.random.Generator, num_nodes: int, batch: int = 1) -> Gr
     x[:, _N["kernel_h"]] = x[:, _N["kernel_w"]] = rng.choice([0, 1, 3, 5], size=n)
     x[:, _N["out_channels"]] = rng.choice([16, 32, 64, 128, 256], size=n)
     src = [i for i in range(n - 1)] + list(rng.integers(0, max(n - 1, 1), size=n // 3))
-    dst = [i + 1 for i in range(n - 1)] + [int(rng.integers(s + 1, n)) if s + 1 < n else s for s in src[n - 1:]]
+    dst = [i + 1 for i in range(n - 1)]
+    dst += [int(rng.integers(s + 1, n)) if s + 1 < n else s for s in src[n - 1:]]
     keep = [k for k in range(len(src)) if src[k] < dst[k]]
     edge_index = np.array([[src[k] for k in keep], [dst[k] for k in keep]], dtype=np.int64).reshape(2, -1)
     e = edge_index.shape[1]
@@ -63,8 +64,8 @@ def random_graph(rng: np.random.Generator, num_nodes: int, batch: int = 1) -> Gr
     u[_G["batch_size"]] = batch
     latency = 2e-9 * flops.sum() + 2e-10 * flops.max() * n ** 0.5 + 0.01 * n
     memory = weight.sum() / 1e6 + 0.5 * batch * np.sqrt(mac.max() / 1e6) + 20.0
-    return GraphSample(x, edge_index, edge_attr, u, {"latency_ms": float(latency), "peak_mem_mb": float(memory)},
-                       arch_id="", family="", batch=batch)
+    targets = {"latency_ms": float(latency), "peak_mem_mb": float(memory)}
+    return GraphSample(x, edge_index, edge_attr, u, targets, arch_id="", family="", batch=batch)
 
 
 def write_synthetic_dataset(root: str | os.PathLike, num_archs: int = 40, batches=(1, 4, 16),
