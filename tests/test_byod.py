@@ -229,3 +229,17 @@ def test_nb201_eager_keeps_what_pytorch_runs(tmp_path):
     assert zoo["Conv"] == 7 and eager["Conv"] == 7 + 15
     assert zoo["Mul"] == 0 and eager["Mul"] >= 15
     assert resolve("nb201-eager:" + cell, tmp_path).arch_id != resolve("nb201:" + cell, tmp_path).arch_id
+
+
+def test_fit_ridge_recovers_a_linear_device_and_picks_features_by_loo():
+    from training.byod.fewshot import fit_ridge
+
+    rng = np.random.default_rng(0)
+    heads = rng.normal(size=(20, 5))      # predicted log latencies on 5 known devices
+    emb = rng.normal(size=(20, 64))       # an embedding that carries nothing here
+    log_lat = 2.0 + 0.3 * heads[:, 1] + 0.1 * heads[:, 3]
+    head = fit_ridge(heads, emb, np.exp(log_lat))
+    assert head.use_embedding is False
+    new = rng.normal(size=(50, 5))
+    pred = head.predict_log(new, rng.normal(size=(50, 64)))
+    np.testing.assert_allclose(pred, 2.0 + 0.3 * new[:, 1] + 0.1 * new[:, 3], atol=0.05)

@@ -59,8 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--devices", nargs="+", help="only these device columns (default: all)")
     n.add_argument("--held-out", nargs="+", help="devices held out of pre-training (default: "
                                                  "titanxp_1 gold_6240 pixel3 samsung_s7 titanxp_256)")
-    n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot"],
-                   choices=["flops", "single", "fewshot"], help="what to run (default: all)")
+    n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot", "ablation"],
+                   choices=["flops", "single", "fewshot", "ablation"],
+                   help="what to run (default: all); ablation = SeerNet on the zoo's nb201 graphs for "
+                        "--ablation-devices (default: the held-out devices)")
+    n.add_argument("--ablation-devices", nargs="+", help="devices of the zoo-graph ablation")
     n.add_argument("--graphs", choices=["eager", "zoo"], default="eager",
                    help="eager: the networks as NAS-Bench-201's PyTorch code runs them (every edge, dead "
                         "nodes kept; default); zoo: the zoo's nb201 export (none edges and dead code removed)")

@@ -230,7 +230,21 @@ def _export_device(device: str, fitted, samples: Samples, data: HelpData, acc: d
                                                            ("mape", "within_10", "spearman", "count")}}}},
                    report={"command": "python -m training.byod nb201 --export-device " + device,
                            "protocol": "HELP: pool 0..899, test 900..1899, 10..90 % trim"})
+    write_device_report(out, device, acc)
     log(f"exported {out}")
+
+
+def write_device_report(out: Path, device: str, acc: dict) -> None:
+    """The short ``report.md`` beside a shipped ``nb201-<device>`` predictor."""
+    (out / "report.md").write_text(
+        f"# Predictor for `nb201-{device}`\n\n{DEVICES[device][2]}. SeerNet (paper 001) trained on the 720 "
+        "trimmed pool architectures (0..899) of HELP's NAS-Bench-201 latencies, measured by others with "
+        "NAS-Bench-201's PyTorch networks; graphs as that code executes them (`nb201-eager:<cell>`).\n\n"
+        f"Test (architectures 900..1899, 10..90 % trim, {acc['count']} networks): Spearman "
+        f"{acc['spearman']:.3f}, MAPE {acc['mape']:.2f} %, {acc['within_10']:.1f} % within +-10 %.\n\n"
+        "Domain: NAS-Bench-201 CIFAR-10 networks only. Full report: `reports/nb201/README.md`; rebuild: "
+        f"`python -m training.byod nb201 --parts single --devices {device} --export-device {device} "
+        f"--out /tmp/nb201-{device}` (leaves reports/nb201 alone).\n")
 
 
 def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_out: Sequence[str],
@@ -287,9 +301,31 @@ def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_o
                 acc.update({"k": len(idx), "alpha": head.alpha, "embedding": head.use_embedding})
                 runs.append(acc)
             curve[str(k)] = _mean_runs(runs)
+            if k < len(pool):
+                curve[str(k)]["scratch"] = _scratch(data, samples, h, k, cfg, store, settings)
         out["devices"][h] = curve
         log(f"few-shot {h}: " + ", ".join(f"k={k} {c['spearman']:.3f}" for k, c in curve.items()))
     return out
+
+
+def _scratch(data: HelpData, samples: Samples, device: str, k: int, cfg: TrainConfig, store: RunStore,
+             settings: dict) -> dict:
+    """SeerNet trained from scratch on the first draw of k samples (no pre-training)."""
+    from training.byod.fit import fit_seernet
+
+    key = {**settings, "k": k, "pre": None}
+    cached = store.get("scratch", device, key)
+    if cached:
+        return cached
+    lat = data.latency[device]
+    pool, test = protocol.protocol_sets(lat)
+    idx = protocol.draw(pool, k, device, 0)
+    t0 = time.perf_counter()
+    fitted = fit_seernet(samples.for_device(idx, device, lat), [METRIC], cfg, desc=f"scratch {device} k={k}")
+    acc = protocol.accuracy(fitted.predict(samples.for_device(test, device, lat))[:, 0], lat[test])
+    acc.update({"epochs": fitted.epochs[METRIC][1], "seconds": time.perf_counter() - t0})
+    store.put("scratch", device, key, acc)
+    return acc
 
 
 def torch_load(path: Path) -> dict:
@@ -343,7 +379,7 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
     timings["graphs"] = time.perf_counter() - t0
     log(f"graphs ready: {len(data.cells)} architectures at batch {sorted(samples.by_batch)} "
         f"({cache.exports} exported now, {cache.export_seconds:.0f} s)")
-    results: dict = {"protocol": {"pool": "architectures 0..899", "test": "architectures 900..1899",
+    results: dict = {"graphs": samples.variant, "protocol": {"pool": "architectures 0..899", "test": "architectures 900..1899",
                                   "trim": "per device and set: sorted positions int(0.1 n)..int(0.9 n)",
                                   "metric": "Spearman rank correlation on the trimmed test set; MAPE and "
                                             "share within +-10 % on the same set"},
@@ -352,14 +388,21 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
                      "data_notes": _data_notes(data, devices)}
     if "flops" in args.parts:
         results["flops"] = run_flops(data, samples, devices)
-    if "single" in args.parts:
-        t0 = time.perf_counter()
-        results["single"] = run_single(data, samples, devices, cfg, store, args.export_device)
-        timings["single"] = time.perf_counter() - t0
     if "fewshot" in args.parts and held_out:
         t0 = time.perf_counter()
         results["fewshot"] = run_fewshot(data, samples, devices, held_out, cfg, store)
         timings["fewshot"] = time.perf_counter() - t0
+    if "single" in args.parts:
+        t0 = time.perf_counter()
+        results["single"] = run_single(data, samples, devices, cfg, store, args.export_device)
+        timings["single"] = time.perf_counter() - t0
+    if "ablation" in args.parts:
+        t0 = time.perf_counter()
+        abl = [d for d in (args.ablation_devices or held_out) if d in devices]
+        zoo = samples if samples.variant == "zoo" else Samples(data, [device_batch(d) for d in abl], cache, "zoo")
+        results["ablation_zoo"] = {"devices": abl, "flops": run_flops(data, zoo, abl),
+                                   "single": run_single(data, zoo, abl, cfg, store)}
+        timings["ablation"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     results["run"] = {"command": command, "train_config": cfg.to_dict(), "seconds_this_run": timings,
                       "python": platform.python_version(), "machine": platform.machine(),
