@@ -47,7 +47,7 @@ def models_dir(tmp_path_factory):
                    models=[model_entry(folder / "seernet_multi.onnx", "seernet_multi", METRICS, 1)],
                    training_data={"flops_total": {"min": 1e3, "max": 1e12},
                                   "nodes": {"min": 1, "max": 500}, "batch_sizes": [1, 2, 4, 8]},
-                   accuracy={"test": {"seernet_multi": {"peak_mem_mb": {"mape": 7.5}}}},
+                   accuracy={"arch": {"seernet_multi": {"peak_mem_mb": {"mape": 7.5}}}},
                    mig_gpu="h100-80gb")
     return root
 

@@ -115,8 +115,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             "warnings": out_of_distribution(pred, graph),
         }
         if pred.mig_gpu and mem_metric:
-            mape = (pred.manifest.get("accuracy", {}).get("test", {})
-                    .get(pred.manifest.get("default_model"), {}).get(mem_metric, {}).get("mape"))
+            mape = pred.test_accuracy(mem_metric).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
         results.append(result)
     return results

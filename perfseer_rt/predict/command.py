@@ -52,11 +52,11 @@ def devices(as_json):
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
-        acc = m.get("accuracy", {}).get("test", {}).get(m.get("default_model"), {})
         rows.append({"device": name, "description": m["device"].get("description"),
                      "metrics": [{"name": x["name"], "unit": x["unit"],
-                                  "test_mape_pct": acc.get(x["name"], {}).get("mape"),
-                                  "test_within_10_pct": acc.get(x["name"], {}).get("within_10")}
+                                  "test_mape_pct": pred.test_accuracy(x["name"]).get("mape"),
+                                  "test_within_10_pct":
+                                      pred.test_accuracy(x["name"]).get("within_10")}
                                  for x in m["metrics"]],
                      "mig_gpu": pred.mig_gpu,
                      "configurations": m.get("training_data", {}).get("configurations")})
@@ -66,7 +66,11 @@ def devices(as_json):
     if not rows:
         click.echo("no predictors installed")
     for r in rows:
-        click.echo(f"{r['device']}: {r['description']}  ({r['configurations']} training configs)")
+        desc = r["description"]
+        if isinstance(desc, dict):  # an environment block: name the hardware and runtime
+            desc = ", ".join(str(desc[k]) for k in ("gpu_name", "cpu_model", "onnxruntime_version")
+                             if desc.get(k))
+        click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs)")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")

@@ -44,6 +44,13 @@ class Predictor:
                                 f"{', '.join(m['name'] for m in self.manifest['models'])}")
         return self.folder / entry["file"]
 
+    def test_accuracy(self, metric: str) -> dict:
+        """The default model's accuracy on the architecture split's test set
+        (``{"mape", "within_10", "count"}``; empty when not recorded)."""
+        acc = self.manifest.get("accuracy", {})
+        split = acc.get("arch") or acc.get("test") or {}
+        return split.get(self.manifest.get("default_model"), {}).get(metric, {}) or {}
+
     @property
     def mig_gpu(self) -> str | None:
         """The MIG profile table (``mig.MIG_PROFILES`` key) of this GPU, if any."""
