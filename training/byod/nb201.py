@@ -286,25 +286,53 @@ def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_o
         pool, test = protocol.protocol_sets(lat)
         base = samples.by_batch[device_batch(h)]
         heads, emb = pre.features([base[i] for i in range(len(base))])
+        same = [j for j, d in enumerate(pre_devs) if device_batch(d) == device_batch(h)]
+        feats = heads[:, same] if same else heads
+        out.setdefault("selection", {})[h] = _selection(heads, emb, feats, base, lat, pool, h, draws)
         curve = {}
         for k in SHOTS:
             runs = []
             for seed in range(draws if k < len(pool) else 1):
                 idx = protocol.draw(pool, k, h, seed)
-                head = fewshot.fit_ridge(heads[idx], emb[idx], lat[idx])
-                pred = np.exp(head.predict_log(heads[test], emb[test]))
+                head = fewshot.fit_ridge(feats[idx], lat[idx])
+                pred = np.exp(head.predict_log(feats[test]))
                 acc = protocol.accuracy(pred, lat[test])
                 rest = np.setdiff1d(pool, idx)
                 if len(rest):
-                    acc["pool_rest_spearman"] = protocol.spearman(
-                        np.exp(head.predict_log(heads[rest], emb[rest])), lat[rest])
-                acc.update({"k": len(idx), "alpha": head.alpha, "embedding": head.use_embedding})
+                    acc["pool_rest_spearman"] = protocol.spearman(np.exp(head.predict_log(feats[rest])),
+                                                                  lat[rest])
+                acc.update({"k": len(idx), "alpha": head.alpha})
                 runs.append(acc)
             curve[str(k)] = _mean_runs(runs)
             if k < len(pool):
                 curve[str(k)]["scratch"] = _scratch(data, samples, h, k, cfg, store, settings)
         out["devices"][h] = curve
+        out.setdefault("features", {})[h] = [pre_devs[j] for j in same] if same else pre_devs
         log(f"few-shot {h}: " + ", ".join(f"k={k} {c['spearman']:.3f}" for k, c in curve.items()))
+    return out
+
+
+def _selection(heads, emb, feats, base, lat, pool, device: str, draws: int) -> dict:
+    """How the adaptation recipe was chosen: mean Spearman, over the draws, on
+    the device's trimmed pool outside the k samples (never the test set), of
+    ridge heads on four feature sets."""
+    from training.byod import fewshot
+
+    gi = layout.column_index(layout.GLOBAL_COLUMNS)
+    u = np.stack([s.u for s in base]).astype(np.float64)
+    glob = np.log1p(u[:, [gi["flops_total"], gi["num_nodes"], gi["mac_total"]]])
+    variants = {"same_batch_heads": feats, "all_heads": heads, "all_heads_embedding": np.c_[heads, emb],
+                "same_batch_heads_flops_nodes_mac": np.c_[feats, glob]}
+    out: dict = {}
+    for name, f in variants.items():
+        for k in SHOTS[:-1]:
+            sp = []
+            for seed in range(draws):
+                idx = protocol.draw(pool, k, device, seed)
+                rest = np.setdiff1d(pool, idx)
+                head = fewshot.fit_ridge(f[idx], lat[idx])
+                sp.append(protocol.spearman(head.predict_log(f[rest]), lat[rest]))
+            out.setdefault(name, {})[str(k)] = float(np.mean(sp))
     return out
 
 
@@ -339,7 +367,6 @@ def _mean_runs(runs: list[dict]) -> dict:
     out = {k: float(np.mean([r[k] for r in runs])) for k in keys}
     out.update({f"{k}_std": float(np.std([r[k] for r in runs])) for k in keys})
     out.update({"k": runs[0]["k"], "draws": len(runs), "count": runs[0]["count"],
-                "embedding_chosen": sum(bool(r["embedding"]) for r in runs),
                 "alpha_median": float(np.median([r["alpha"] for r in runs]))})
     if "pool_rest_spearman" in runs[0]:
         out["pool_rest_spearman"] = float(np.mean([r["pool_rest_spearman"] for r in runs]))
