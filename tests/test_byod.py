@@ -241,3 +241,11 @@ def test_fit_ridge_recovers_a_linear_device():
     assert head.alpha <= 1.0 and head.loo_mse < 1e-3
     new = rng.normal(size=(50, 5))
     np.testing.assert_allclose(head.predict_log(new), 2.0 + 0.3 * new[:, 1] + 0.1 * new[:, 3], atol=0.05)
+
+
+def test_model_format_needs_one_placeholder(tmp_path, capsys):
+    p = write(tmp_path / "cells.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:3]) + "\n")
+    code, _, err = run_cli(["train", "--csv", str(p), "--model-column", "cell", "--metric", "latency_ms",
+                            "--device", "d", "--model-format", "nb201", "--cache", str(tmp_path / "c"),
+                            "--quiet"], capsys)
+    assert code == 2 and "must contain '{}'" in err

@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--model-column", required=True,
                    help="column with an ONNX path (relative to the CSV) or a zoo spec (nb201:<cell>, "
                         "resnet:depth=50,...) per row")
+    t.add_argument("--model-format", default="{}",
+                   help="turn each model cell into a spec, e.g. 'nb201:{}' for a column of bare NAS-Bench-201 "
+                        "cell strings (default '{}': as is)")
     g = t.add_mutually_exclusive_group()
     g.add_argument("--batch-column", help="column with the batch size of each row")
     g.add_argument("--batch", type=int, help="batch size of every row (default 1)")
@@ -106,6 +109,7 @@ def _train(args, cfg, cache, command: str) -> int:
     res = train_from_csv(args.csv, args.model_column, args.metric, args.device,
                          batch_column=args.batch_column, batch=args.batch, train_rows=args.train_rows,
                          test_rows=args.test_rows, out=args.out, cfg=cfg, cache=cache,
+                         model_format=args.model_format,
                          description=args.description, command=command)
     if args.json:
         print(json.dumps({"out": str(res.out), "accuracy": res.accuracy, "seconds": res.seconds}, indent=1))

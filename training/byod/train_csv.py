@@ -128,7 +128,7 @@ def train_from_csv(csv: str | Path, model_column: str, metrics: Sequence[str], d
                    train_rows: str | None = None, test_rows: str | None = None,
                    out: str | Path | None = None, cfg: TrainConfig | None = None,
                    cache: GraphCache | None = None, description: str | None = None,
-                   command: str = "") -> TrainOutcome:
+                   model_format: str = "{}", command: str = "") -> TrainOutcome:
     """Everything ``python -m training.byod train`` does (see the module doc)."""
     from training.seernet.data import dataset_summary
     from training.seernet.export import export_seernet
@@ -142,6 +142,10 @@ def train_from_csv(csv: str | Path, model_column: str, metrics: Sequence[str], d
     out = Path(out) if out else Path("exported_models") / device
     t0 = time.perf_counter()
     meas = read_csv(csv, model_column, metrics, batch_column, batch)
+    if model_format != "{}":
+        if model_format.count("{}") != 1:
+            raise ByodError(f"--model-format {model_format!r} must contain '{{}}' once (where the cell goes)")
+        meas.models = [model_format.replace("{}", m) for m in meas.models]
     refs = resolve_models(meas, model_column)
     train_pos, test_pos = select_rows(meas, refs, train_rows, test_rows)
     t1 = time.perf_counter()
