@@ -82,7 +82,8 @@ def test_onnx_signature_and_ops(exported):
     assert isinstance(dims["x"][0], str) and dims["x"][1] == len(layout.NODE_COLUMNS)
     assert isinstance(dims["u"][0], str) and isinstance(dims["edge_index"][1], str)
     assert {n.domain for n in m.graph.node} <= {"", "ai.onnx"}  # standard ops only
-    assert "ScatterElements" in {n.op_type for n in m.graph.node}
+    ops = {n.op_type for n in m.graph.node}
+    assert "ScatterND" in ops and "ScatterElements" not in ops  # row scatters (onnx_rewrite)
 
 
 def test_export_multi_and_manifest(tmp_path, exported):
@@ -100,3 +101,21 @@ def test_export_multi_and_manifest(tmp_path, exported):
     assert back["models"][0]["file"] == "seernet_multi.onnx" and len(back["models"][0]["sha256"]) == 64
     assert Normalization.from_dict(back["normalization"]).to_dict() == norm.to_dict()
     assert "other" in back["op_vocabulary"]
+
+
+def test_runtime_session_is_single_threaded(exported):
+    """Row scatters (ScatterND reductions) race across onnxruntime threads, so
+    the runtime must run predictors on one intra-op thread: repeated batched
+    runs of a large graph are bit-identical and match torch."""
+    from perfseer_rt.predict import api
+
+    path, wrapped, _, _ = exported
+    sess = api._session(str(path))
+    assert sess.get_session_options().intra_op_num_threads == 1
+    g = _cases()["large graph"]
+    a = concat_graphs([x.x for x in g], [x.edge_index for x in g], [x.edge_attr for x in g], [x.u for x in g])
+    runs = {sess.run(None, a)[0].tobytes() for _ in range(5)}
+    assert len(runs) == 1
+    with torch.no_grad():
+        want = wrapped(*(torch.from_numpy(a[k]) for k in ("x", "edge_index", "edge_attr", "u", "node_batch")))
+    np.testing.assert_allclose(sess.run(None, a)[0], want.numpy(), rtol=1e-4, atol=0)

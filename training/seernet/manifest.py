@@ -60,6 +60,8 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
         "default_model": default_model or (models[0]["name"] if models else None),
         "normalization": normalization.to_dict(),
         "normalization_baked_in": True,
+        # row scatters (ScatterND reductions) are not thread-safe in onnxruntime
+        "session": {"intra_op_num_threads": 1},
         "training_data": training_data,
         "accuracy": accuracy,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
