@@ -68,3 +68,22 @@ def test_report_end_to_end(tmp_path, capsys):
     ckpts = [out / "checkpoints" / "arch" / f"seernet__{m}.pt" for m in ("latency_ms", "peak_mem_mb")]
     again = export_checkpoints(ckpts, tmp_path / "again.onnx")
     np.testing.assert_allclose(run_onnx(again, **a), y, rtol=1e-5)
+
+
+def test_report_resume(tmp_path, capsys):
+    """Splits trained by separate runs merge into one report with --resume;
+    a checkpoint trained with other settings is retrained, not reused."""
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=12, batches=(1,), max_nodes=8)
+    out = tmp_path / "report"
+    common = ["--dataset", str(ds), "--out", str(out), "--threads", "1", "--models", "seernet_multi", "gbm"]
+    assert main([*common, "--epochs", "2", "--splits", "arch"]) == 0
+    assert main([*common, "--epochs", "2", "--splits", "family"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--epochs", "2", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("resumed from") == 2
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["splits"]) == {"arch", "family"}
+    assert report["splits"]["arch"]["models"]["seernet_multi"]["runs"]["latency_ms+peak_mem_mb"]["pcgrad"] is True
+    assert main([*common, "--epochs", "3", "--resume", "--splits", "arch"]) == 0
+    assert "resumed from" not in capsys.readouterr().err

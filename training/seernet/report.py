@@ -38,6 +38,7 @@ from training.seernet.normalization import Normalization
 from training.seernet.train import (
     PreparedSet,
     TrainConfig,
+    load_checkpoint,
     predict_z,
     prepare,
     save_checkpoint,
@@ -50,7 +51,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                model_names: Sequence[str] = models.MODEL_NAMES, splits: Sequence[str] = ("arch", "family"),
                cfg: TrainConfig | None = None, joint_baselines: bool = False,
                export_dir: str | Path | None = None, device: str | None = None,
-               checkpoints: bool = True, command: str = "") -> dict:
+               checkpoints: bool = True, command: str = "", resume: bool = False) -> dict:
     """Everything the CLI does; returns the report dict (also in report.json)."""
     cfg = cfg or TrainConfig()
     out = Path(out)
@@ -77,7 +78,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
             continue
         parts = data.split_samples(samples, scheme)
         result, trained, norm = _run_split(scheme, parts, metrics, model_names, cfg, joint_baselines,
-                                           out / "checkpoints" / scheme if checkpoints else None)
+                                           out / "checkpoints" / scheme if checkpoints else None, resume)
         report["splits"][scheme] = result
         _plots(out / "plots", scheme, parts["test"], metrics, result, trained)
         if scheme == "arch":
@@ -92,7 +93,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
 
 # ----------------------------------------------------------------- one split
 def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequence[str],
-               cfg: TrainConfig, joint: bool, ckpt_dir: Path | None):
+               cfg: TrainConfig, joint: bool, ckpt_dir: Path | None, resume: bool = False):
     train_metrics = [m for m in metrics if any(m in s.targets for s in parts["train"])]
     norm = Normalization.fit(parts["train"], train_metrics)
     ps = {k: prepare(v, norm, train_metrics) for k, v in parts.items()}
@@ -115,17 +116,26 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
             info, modules = {}, {}
             for group in groups:
                 tag = "+".join(group)
-                model, res, config = _fit_torch(name, group, ps, norm, cfg, f"{scheme}/{name}/{tag}")
+                ckpt = None if ckpt_dir is None else \
+                    ckpt_dir / f"{name}{'' if len(groups) == 1 else f'__{tag}'}.pt"
+                run_cfg = _run_config(name, cfg)
+                found = _resumable(ckpt, scheme, name, group, norm, run_cfg) if resume else None
+                if found is not None:
+                    model, info[tag] = found
+                    if cfg.progress:
+                        print(f"[{scheme}] {models.DISPLAY[name]} {tag}: resumed from {ckpt}", file=sys.stderr)
+                else:
+                    model, res, config = _fit_torch(name, group, ps, norm, run_cfg, f"{scheme}/{name}/{tag}")
+                    info[tag] = {"parameters": _params(model), "epochs": res.epochs_run,
+                                 "best_epoch": res.best_epoch, "best_val_loss": res.best_val,
+                                 "seconds_per_epoch": res.seconds / max(res.epochs_run, 1),
+                                 "pcgrad": run_cfg.pcgrad}
+                    if ckpt is not None:
+                        save_checkpoint(ckpt, name, config, model, norm, group, run_cfg, split=scheme,
+                                        history=res.history, run=info[tag])
                 cols = [train_metrics.index(m) for m in group]
                 pred_z[:, cols] = predict_z(model, ps["test"], cfg.eval_batch_size)
                 modules[tag] = model
-                info[tag] = {"parameters": _params(model), "epochs": res.epochs_run,
-                             "best_epoch": res.best_epoch, "best_val_loss": res.best_val,
-                             "seconds_per_epoch": res.seconds / max(res.epochs_run, 1)}
-                if ckpt_dir is not None:
-                    suffix = "" if len(groups) == 1 else f"__{tag}"
-                    save_checkpoint(ckpt_dir / f"{name}{suffix}.pt", name, config, model, norm, group,
-                                    cfg, split=scheme, history=res.history)
         pred = np.full((len(ps["test"]), len(metrics)), np.nan)
         if len(ps["test"]):
             pred[:, [metrics.index(m) for m in train_metrics]] = norm.decode_targets(pred_z, train_metrics)
@@ -146,14 +156,37 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     return result, trained, norm
 
 
-def _fit_torch(name: str, group: list[str], ps: dict, norm: Normalization, cfg: TrainConfig, desc: str):
-    set_seed(cfg.seed)
+def _run_config(name: str, cfg: TrainConfig) -> TrainConfig:
+    """The settings model ``name`` trains with: PCGrad for SeerNet-Multi only."""
+    return TrainConfig(**{**cfg.to_dict(), "pcgrad": name in models.MULTI_METRIC})
+
+
+def _fit_torch(name: str, group: list[str], ps: dict, norm: Normalization, run_cfg: TrainConfig, desc: str):
+    set_seed(run_cfg.seed)
     train, val = ps["train"].select(group), ps["val"].select(group)
     config = models.default_config(name, group, norm, train.samples)
     model = models.build(name, config)
-    run_cfg = TrainConfig(**{**cfg.to_dict(), "pcgrad": name in models.MULTI_METRIC})
     res = train_model(model, train, val if len(val) else train, run_cfg, desc=desc)
     return res.model, res, config
+
+
+_NOT_COMPARED = ("progress", "threads")
+
+
+def _resumable(path: Path | None, scheme: str, name: str, group: list[str], norm: Normalization,
+               run_cfg: TrainConfig):
+    """``(model, run info)`` from a checkpoint that this run would reproduce
+    (same split, model, metrics, normalization and training settings), else None."""
+    if path is None or not path.is_file():
+        return None
+    model, ck_norm, ck_metrics, raw = load_checkpoint(path)
+    same_cfg = {k: v for k, v in raw.get("train_config", {}).items() if k not in _NOT_COMPARED} == \
+        {k: v for k, v in run_cfg.to_dict().items() if k not in _NOT_COMPARED}
+    same_norm = json.dumps(ck_norm.to_dict(), sort_keys=True) == json.dumps(norm.to_dict(), sort_keys=True)
+    if (raw.get("split") != scheme or raw.get("model") != name or ck_metrics != list(group)
+            or not same_cfg or not same_norm or "run" not in raw):
+        return None
+    return model, raw["run"]
 
 
 def _fit_gbm(ps: dict, cfg: TrainConfig) -> np.ndarray:
@@ -231,6 +264,8 @@ def _markdown(report: dict, metrics: list[str]) -> str:
             lines.append(f"| {r['display']} | {params} | {cells} | {_fmt(r['mean_mape'])} |")
         lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
     lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
+              "SeerNet-Multi trains with PCGrad (`pcgrad: true` for it alone; the settings above are the "
+              "shared ones).", "",
               "Parameters are summed over the per-metric models of single-metric predictors. "
               "nn-Meter-style: per-node costs summed per graph, no kernel-fusion detection. "
               "Global GBM: gradient-boosted trees on the global features.", ""]
@@ -305,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="train each torch baseline once for all metrics (faster) instead of per metric")
     p.add_argument("--export-dir", help="export the arch-split SeerNets here with a manifest.json")
     p.add_argument("--no-checkpoints", action="store_true")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse a checkpoint under OUT/checkpoints/<split>/ when it was trained with the same "
+                        "split, metrics, normalization and settings (a cut-off run, or splits run apart)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     cfg = TrainConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, early_stop=a.early_stop,
@@ -313,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     try:
         report = run_report(a.dataset, a.out, a.metrics, a.models, a.splits, cfg, a.joint_baselines,
-                            a.export_dir, a.device, not a.no_checkpoints, command)
+                            a.export_dir, a.device, not a.no_checkpoints, command, a.resume)
     except data.DatasetError as exc:
         print(f"report: error: {exc}", file=sys.stderr)
         return 2
