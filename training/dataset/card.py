@@ -77,9 +77,10 @@ def card(dataset: str | Path) -> str:
                 "one torch optimizer step (forward, loss, backward, SGD update) on the CPU, "
                 "1 thread; step time = median over the timed window; peak memory = peak RSS of "
                 "the measuring child process over its baseline, MiB."),
-        "- The measuring process ran pinned to one core at real-time priority (`chrt -f 20 "
-        "taskset -c 1`), so the other engineers' work on the other core could not preempt it; "
-        "exports ran in a separate normal-priority process.",
+        "- The campaign ran pinned to one core (`taskset -c 1`) while every other process on the "
+        "machine was moved to the other core (`taskset -p -c 0`, repeated every few seconds); "
+        "exports ran in a separate process on that other core. Real-time priority (`chrt`) was "
+        "tried and dropped: the kernel's real-time throttling paused the task ~50 ms a second.",
         f"- Settings: `{json.dumps(campaign.get('measure_settings', {}))}`; campaign "
         f"`{json.dumps({k: v for k, v in campaign.get('settings', {}).items() if k != 'out'})}`.",
         "- Records with robust CV above 3 % were re-measured once (the better measurement "
