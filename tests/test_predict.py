@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.cli import main  # noqa: E402
-from perfseer_rt.errors import DeviceError, MetricError  # noqa: E402
+from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError  # noqa: E402
 from perfseer_rt.predict import api, mig, registry  # noqa: E402
 from tests.test_extract import conv_chain  # noqa: E402
 
@@ -95,6 +95,14 @@ def test_errors(shipped):
         api.predict("examples/resnet18.onnx", device="tpu")
     with pytest.raises(MetricError, match="does not predict energy_mj"):
         api.predict("examples/resnet18.onnx", metrics=["energy_mj"])
+    with pytest.raises(PerfSeerError, match="has no model 'seernet'; it has seernet_multi"):
+        api.predict("examples/resnet18.onnx", model="seernet")
+
+
+def test_model_choice(shipped):
+    [default] = api.predict("examples/resnet18.onnx")
+    [named] = api.predict("examples/resnet18.onnx", model="seernet_multi")
+    assert named == default
 
 
 def test_cli_predict_and_devices(shipped):
@@ -110,10 +118,13 @@ def test_cli_predict_and_devices(shipped):
     assert res.exit_code == 2 and "unknown device 'nope'" in res.stderr
     res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--metrics", "sm_util_pct"])
     assert res.exit_code == 2 and "does not predict sm_util_pct" in res.stderr
+    res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--model", "nope"])
+    assert res.exit_code == 2 and "has no model 'nope'" in res.stderr
     res = runner.invoke(main, ["devices", "--json"])
     assert res.exit_code == 0
     [dev] = json.loads(res.stdout)
     assert dev["device"] == "testgpu" and dev["mig_gpu"] == "h100-80gb"
+    assert dev["models"] == ["seernet_multi"] and dev["default_model"] == "seernet_multi"
 
 
 def test_mig_rule():

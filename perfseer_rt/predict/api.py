@@ -40,9 +40,10 @@ def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
     }
 
 
-def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph]) -> np.ndarray:
-    """Raw predictor output ``[G, M]`` in the manifest's metric order."""
-    sess = _session(str(pred.model_file()))
+def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None) -> np.ndarray:
+    """Raw output ``[G, M]`` of ``model`` (default: the device's default
+    model) in the manifest's metric order."""
+    sess = _session(str(pred.model_file(model)))
     return sess.run(None, concat(graphs))[0]
 
 
@@ -68,7 +69,8 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
 
 def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
-            input_shapes: dict[str, tuple[int, ...]] | None = None) -> list[dict]:
+            input_shapes: dict[str, tuple[int, ...]] | None = None,
+            model: str | None = None) -> list[dict]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -78,6 +80,8 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             default: the first of ``registry.DEFAULT_DEVICES`` that ships.
         metrics: subset of the device's metrics (default: all).
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
+        model: which of the device's predictors (``perfseer-rt devices``);
+            default: the manifest's ``default_model``.
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -92,6 +96,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         models = [models]
     models = list(models)
     pred = get_predictor(device)
+    pred.model_file(model)  # an unknown model fails before any extraction
     wanted = list(metrics) if metrics else pred.metrics
     missing = [m for m in wanted if m not in pred.metrics]
     if missing:
@@ -101,13 +106,13 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
               for m in models]
     if not graphs:
         return []
-    values = run_predictor(pred, graphs)
+    values = run_predictor(pred, graphs, model)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     results = []
-    for model, graph, row in zip(models, graphs, values):
+    for source, graph, row in zip(models, graphs, values):
         out = dict(zip(pred.metrics, (float(v) for v in row)))
         result = {
-            "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<in-memory>",
+            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
             "device": pred.device,
             "batch": int(graph.globals["batch_size"]),
             "metrics": {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted},
@@ -115,7 +120,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             "warnings": out_of_distribution(pred, graph),
         }
         if pred.mig_gpu and mem_metric:
-            mape = pred.test_accuracy(mem_metric).get("mape")
+            mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
         results.append(result)
     return results

@@ -27,15 +27,17 @@ def _table(results: list[dict]) -> str:
               help="Shape of one graph input (repeatable).")
 @click.option("--device", default=None, help="Predictor device (see `perfseer-rt devices`).")
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
+@click.option("--model", "model_name", default=None,
+              help="Which of the device's predictors (default: the most accurate; see `perfseer-rt devices`).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def predict(models, batch, inputs, device, metrics, as_json):
+def predict(models, batch, inputs, device, metrics, model_name, as_json):
     """Predict the metrics of one or more ONNX MODELS on a device."""
     from perfseer_rt.cli import emit_json, parse_input_shapes
     from perfseer_rt.predict.api import predict as do_predict
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = do_predict(list(models), batch=batch, device=device, metrics=wanted,
-                         input_shapes=parse_input_shapes(inputs))
+                         input_shapes=parse_input_shapes(inputs), model=model_name)
     if as_json:
         emit_json(results)
     else:
@@ -58,6 +60,7 @@ def devices(as_json):
                                   "test_within_10_pct":
                                       pred.test_accuracy(x["name"]).get("within_10")}
                                  for x in m["metrics"]],
+                     "models": pred.model_names, "default_model": m.get("default_model"),
                      "mig_gpu": pred.mig_gpu,
                      "configurations": m.get("training_data", {}).get("configurations")})
     if as_json:
@@ -70,7 +73,8 @@ def devices(as_json):
         if isinstance(desc, dict):  # an environment block: name the hardware and runtime
             desc = ", ".join(str(desc[k]) for k in ("gpu_name", "cpu_model", "onnxruntime_version")
                              if desc.get(k))
-        click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs)")
+        click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs; models "
+                   f"{', '.join(r['models'])}, default {r['default_model']})")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")

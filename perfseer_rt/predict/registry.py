@@ -44,12 +44,16 @@ class Predictor:
                                 f"{', '.join(m['name'] for m in self.manifest['models'])}")
         return self.folder / entry["file"]
 
-    def test_accuracy(self, metric: str) -> dict:
-        """The default model's accuracy on the architecture split's test set
-        (``{"mape", "within_10", "count"}``; empty when not recorded)."""
+    @property
+    def model_names(self) -> list[str]:
+        return [m["name"] for m in self.manifest["models"]]
+
+    def test_accuracy(self, metric: str, model: str | None = None) -> dict:
+        """A model's (default: the default model's) accuracy on the architecture
+        split's test set (``{"mape", "within_10", "count"}``; empty when not recorded)."""
         acc = self.manifest.get("accuracy", {})
         split = acc.get("arch") or acc.get("test") or {}
-        return split.get(self.manifest.get("default_model"), {}).get(metric, {}) or {}
+        return split.get(model or self.manifest.get("default_model"), {}).get(metric, {}) or {}
 
     @property
     def mig_gpu(self) -> str | None:

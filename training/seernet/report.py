@@ -312,9 +312,12 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
     env = next((r.get("env") for r in data.read_records(dataset)
                 if r.get("status") == "ok" and (device is None or r.get("device") == device)), None)
     name = device or export_dir.name
+    arch = accuracy.get("arch", {})
+    shipped_names = [e["name"] for e in entries]
+    default = min(shipped_names, key=lambda n: arch.get(n, {}).get("mean_mape") or float("inf"))
     write_manifest(export_dir / "manifest.json", device=name, description=env or name,
                    metrics=train_metrics, normalization=norm, models=entries,
-                   training_data=report["data"], accuracy=accuracy,
+                   training_data=report["data"], accuracy=accuracy, default_model=default,
                    report={"command": report["command"]})
     return {"dir": str(export_dir), "files": [e["file"] for e in entries] + ["manifest.json"]}
 
