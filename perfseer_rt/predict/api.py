@@ -30,12 +30,12 @@ def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
     """The predictor's inputs for many graphs (node ids shifted per graph)."""
     sizes = [g.num_nodes for g in graphs]
     offsets = np.cumsum([0] + sizes[:-1])
-    return {
-        "x": np.concatenate([g.x for g in graphs]).astype(np.float32),
+    return {  # one pass each: concatenate straight into the predictor's dtypes
+        "x": np.concatenate([g.x for g in graphs], dtype=np.float32, casting="same_kind"),
         "edge_index": np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)],
-                                     axis=1).astype(np.int64),
-        "edge_attr": np.concatenate([g.edge_attr for g in graphs]).astype(np.float32),
-        "u": np.stack([g.u for g in graphs]).astype(np.float32),
+                                     axis=1, dtype=np.int64),
+        "edge_attr": np.concatenate([g.edge_attr for g in graphs], dtype=np.float32, casting="same_kind"),
+        "u": np.stack([g.u for g in graphs], dtype=np.float32, casting="same_kind"),
         "node_batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
     }
 
