@@ -392,6 +392,22 @@ def run_campaign(archs: Sequence[Arch], *, campaign: str, measure: Measure,
     return stats
 
 
+
+def report_summary(campaign: str, stats: CampaignStats, budget: Budget, writer: RecordWriter,
+                   device: str, logf=None) -> dict:
+    """Log and print (one JSON line on stdout) a finished campaign's counts and rate."""
+    minutes = budget.elapsed() / 60
+    summary = {"campaign": campaign, "records": stats.written, "ok": stats.ok,
+               "oom": stats.oom, "error": stats.error, "noisy": stats.noisy,
+               "remeasured": stats.remeasured, "reference": stats.reference,
+               "skipped_done": stats.skipped_done, "stopped_by_budget": stats.stopped_by_budget,
+               "elapsed_s": round(budget.elapsed(), 1),
+               "configs_per_minute": round((stats.ok + stats.oom + stats.error) / minutes, 2)
+               if minutes > 0 else None, "records_file": writer.path, "device": device}
+    log("summary " + json.dumps(summary), logf)
+    print(json.dumps(summary))
+    return summary
+
 def _headline(rec: dict) -> str:
     for key in ("latency_ms", "step_ms"):
         if rec.get(key) is not None:

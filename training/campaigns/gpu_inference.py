@@ -220,17 +220,8 @@ def main(argv=None) -> int:
         exports.close()
         shutil.rmtree(tmpdir, ignore_errors=True)
         writer.close()
-    minutes = budget.elapsed() / 60
-    summary = {"campaign": CAMPAIGN, "records": stats.written, "ok": stats.ok,
-               "oom": stats.oom, "error": stats.error, "noisy": stats.noisy,
-               "remeasured": stats.remeasured, "reference": stats.reference,
-               "skipped_done": stats.skipped_done, "stopped_by_budget": stats.stopped_by_budget,
-               "elapsed_s": round(budget.elapsed(), 1),
-               "configs_per_minute": round((stats.ok + stats.oom + stats.error) / minutes, 2)
-               if minutes > 0 else None, "records_file": writer.path, "device": device}
-    common.log("summary " + json.dumps(summary), logf)
+    common.report_summary(CAMPAIGN, stats, budget, writer, device, logf)
     logf.close()
-    print(json.dumps(summary))
     return 0
 
 

@@ -21,7 +21,6 @@ device, settings, reference, remeasured, first_cv, noisy, metrics, quality``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -124,17 +123,8 @@ def main(argv=None) -> int:
     finally:
         worker.close()
         writer.close()
-    minutes = budget.elapsed() / 60
-    summary = {"campaign": CAMPAIGN, "records": stats.written, "ok": stats.ok,
-               "oom": stats.oom, "error": stats.error, "noisy": stats.noisy,
-               "remeasured": stats.remeasured, "reference": stats.reference,
-               "skipped_done": stats.skipped_done, "stopped_by_budget": stats.stopped_by_budget,
-               "elapsed_s": round(budget.elapsed(), 1),
-               "configs_per_minute": round((stats.ok + stats.oom + stats.error) / minutes, 2)
-               if minutes > 0 else None, "records_file": writer.path, "device": slug}
-    common.log("summary " + json.dumps(summary), logf)
+    common.report_summary(CAMPAIGN, stats, budget, writer, slug, logf)
     logf.close()
-    print(json.dumps(summary))
     return 0
 
 
