@@ -43,13 +43,14 @@ def scatter_rows(model: onnx.ModelProto) -> int:
     unused. Returns the number of nodes replaced. Modifies ``model`` in place."""
     graph = model.graph
     producer = {out: n for n in graph.node for out in n.output}
+    consts = _constants(graph)
     replaced = 0
     new_nodes = []
     for node in graph.node:
         expand = producer.get(node.input[1]) if node.op_type == "ScatterElements" else None
         reshape = producer.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
         if (node.op_type != "ScatterElements" or _attr(node, "axis", 0) != 0 or expand is None
-                or expand.op_type != "Expand" or not _is_column(graph, reshape, expand.input[0])):
+                or expand.op_type != "Expand" or not _is_column(consts, reshape)):
             new_nodes.append(node)
             continue
         reduction = _attr(node, "reduction", b"none")
@@ -70,16 +71,20 @@ def scatter_rows(model: onnx.ModelProto) -> int:
     return replaced
 
 
-def _is_column(graph: onnx.GraphProto, reshape, name: str) -> bool:
-    """``name`` is a ``[K, 1]`` tensor: a Reshape to ``[-1, 1]`` or an Unsqueeze on axis 1."""
-    if reshape is None:
-        return False
+def _constants(graph: onnx.GraphProto) -> dict:
+    """Initializers and Constant-node values by name."""
     consts = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
     for n in graph.node:
-        if n.op_type == "Constant" and n.output:
-            value = _attr(n, "value")
-            if value is not None:
-                consts[n.output[0]] = onnx.numpy_helper.to_array(value)
+        value = _attr(n, "value") if n.op_type == "Constant" and n.output else None
+        if value is not None:
+            consts[n.output[0]] = onnx.numpy_helper.to_array(value)
+    return consts
+
+
+def _is_column(consts: dict, reshape) -> bool:
+    """``reshape`` makes a ``[K, 1]`` tensor: a Reshape to ``[-1, 1]`` or an Unsqueeze on axis 1."""
+    if reshape is None:
+        return False
     if reshape.op_type == "Reshape" and reshape.input[1] in consts:
         shape = consts[reshape.input[1]].tolist()
         return len(shape) == 2 and shape[1] == 1
