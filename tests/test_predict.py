@@ -85,6 +85,22 @@ def test_batched_prediction_equals_single(shipped):
                                                                  rel=1e-5)
 
 
+def test_chunked_calls_equal_one_call(shipped):
+    graphs = [extract(conv_chain(), batch=b) for b in (1, 2, 4)] + \
+        [extract("examples/resnet18.onnx", batch=1), extract(conv_chain(), batch=8)]
+    sizes = [g.num_nodes for g in graphs]
+    cap = sizes[0] + sizes[1]  # the first two together; resnet18 (larger than cap) alone
+    runs = api.chunks(graphs, cap)
+    assert [len(r) for r in runs] == [2, 1, 1, 1] and sum(runs, []) == graphs
+    assert all(sum(g.num_nodes for g in r) <= cap or len(r) == 1 for r in runs)
+    assert api.chunks([], cap) == []
+    pred = registry.get_predictor(None)
+    one_call = api.run_predictor(pred, graphs, chunk_nodes=sum(sizes))
+    chunked = api.run_predictor(pred, graphs, chunk_nodes=cap)
+    assert chunked.shape == (len(graphs), len(METRICS))
+    np.testing.assert_allclose(chunked, one_call, rtol=1e-5)
+
+
 def test_out_of_distribution_warning(shipped):
     [r] = api.predict("examples/resnet18.onnx", batch=64)
     assert any("batch 64 outside" in w for w in r["warnings"])

@@ -1,8 +1,9 @@
 """``perfseer_rt.predict``: ONNX models in, predicted metrics with units out.
 
-Many models go through the predictor in one onnxruntime call: their
-PerfGraphs are concatenated into one disjoint graph (the exported
-predictor's contract, see ``training/seernet/export.py``).
+Many models go through the predictor together: their PerfGraphs are
+concatenated into disjoint graphs (the exported predictor's contract, see
+``training/seernet/export.py``), :data:`CHUNK_NODES` nodes or so per
+onnxruntime call.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ from perfseer_rt.errors import MetricError
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict import mig
 from perfseer_rt.predict.registry import Predictor, get_predictor
+
+
+#: Nodes per onnxruntime call when many graphs are predicted together. The
+#: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
+#: ~2,000 nodes keep them near the core's cache; one call over 200
+#: NAS-Bench-201 graphs (24,508 nodes) ran at ~940 graphs/s on one core, calls
+#: of 500..4,000 nodes at 1,250..1,330 (``benchmarks/bench_predict.py``).
+#: A graph larger than this goes alone. Each graph's prediction depends on
+#: that graph only, so chunking changes speed, not results.
+CHUNK_NODES = 2048
 
 
 @lru_cache(maxsize=8)
@@ -40,11 +51,26 @@ def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
     }
 
 
-def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None) -> np.ndarray:
+def chunks(graphs: Sequence[PerfGraph], max_nodes: int = CHUNK_NODES) -> list[Sequence[PerfGraph]]:
+    """Consecutive runs of ``graphs`` with at most ``max_nodes`` nodes in all
+    (a larger graph forms a run of its own)."""
+    runs, start, nodes = [], 0, 0
+    for i, g in enumerate(graphs):
+        if i > start and nodes + g.num_nodes > max_nodes:
+            runs.append(graphs[start:i])
+            start, nodes = i, 0
+        nodes += g.num_nodes
+    return runs + [graphs[start:]] if len(graphs) else runs
+
+
+def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None,
+                  chunk_nodes: int = CHUNK_NODES) -> np.ndarray:
     """Raw output ``[G, M]`` of ``model`` (default: the device's default
-    model) in the manifest's metric order."""
+    model) in the manifest's metric order, ``chunk_nodes`` nodes or so per
+    onnxruntime call."""
     sess = _session(str(pred.model_file(model)))
-    return sess.run(None, concat(graphs))[0]
+    parts = [sess.run(None, concat(part))[0] for part in chunks(graphs, chunk_nodes)]
+    return np.concatenate(parts) if parts else np.zeros((0, len(pred.metrics)), np.float32)
 
 
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
