@@ -127,3 +127,16 @@ def test_reference_set_remeasured_in_one_shard(tmp_path, worker, monkeypatch):
     records = check_consistent(out)
     refs = [r for r in records if r["reference"]]
     assert len(refs) >= 3 and len({r["graph_key"] for r in refs}) == 1
+
+    # the data card: reference configurations counted apart, their spread per metric shown
+    from training.dataset.card import card, drift
+
+    [d] = drift(records, "latency_ms")
+    assert d["count"] == len(refs) and set(d["cv_pct"]) == {"latency_ms", "peak_mem_mb"}
+    assert all(v >= 0 for v in d["cv_pct"].values())
+    text = card(out)
+    main = [r for r in records if not r["reference"]]
+    assert f"- {len(main)} configurations" in text
+    assert f"1 reference configurations re-measured {len(refs)} times" in text
+    assert f"so it sees {len(main) + 1} configurations" in text
+    assert f"{d['cv_pct']['peak_mem_mb']:.1f} %" in text
