@@ -337,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--lr", type=float, default=TrainConfig.lr)
     p.add_argument("--early-stop", type=int, default=TrainConfig.early_stop)
+    p.add_argument("--weight-decay", type=float, default=TrainConfig.weight_decay,
+                   help="Adam L2 penalty (default 0, as the paper)")
     p.add_argument("--seed", type=int, default=TrainConfig.seed)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--joint-baselines", action="store_true",
@@ -349,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     cfg = TrainConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, early_stop=a.early_stop,
+                      weight_decay=a.weight_decay,
                       seed=a.seed, threads=a.threads, progress=not a.quiet)
     command = "python -m training.seernet.report " + " ".join(
         shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
