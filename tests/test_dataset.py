@@ -59,6 +59,25 @@ def test_build_resume_and_records(tmp_path, worker):
     assert count == n2 and len(done) == n2
 
 
+def test_resume_refuses_another_memory_method(tmp_path, worker):
+    """Records whose peak memory was read another way (e.g. before glibc's
+    mmap threshold was fixed) are not extended with new ones."""
+    from training.dataset.build import MixedMethodsError
+
+    out = tmp_path / "ds"
+    Builder(settings(out, 1), worker, log=lambda *_: None).run()
+    [part] = sorted((out / "records").glob("part-*.jsonl"))
+    records = [json.loads(line) for line in part.read_text().splitlines()]
+    assert {r["quality"]["peak_mem_method"] for r in records} == {"vmhwm+mmap64k"}
+    for r in records:
+        r["quality"]["peak_mem_method"] = "vmhwm"  # as an older campaign wrote them
+    part.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = sorted(p.name for p in (out / "records").glob("*"))
+    with pytest.raises(MixedMethodsError, match="as vmhwm, this run as vmhwm\\+mmap64k"):
+        Builder(settings(out, len(records) + 1), worker, log=lambda *_: None).run()
+    assert sorted(p.name for p in (out / "records").glob("*")) == before
+
+
 def test_interrupted_build_leaves_whole_shards(tmp_path, worker):
     out = tmp_path / "ds"
 

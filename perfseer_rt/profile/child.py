@@ -7,7 +7,8 @@ prints cannot corrupt the replies.
 
 Memory baseline: at start the child imports onnxruntime and runs one tiny
 session (onnxruntime's one-time process state: thread pools, kernel
-registries, allocator set-up), then releases it. Before each CPU model it
+registries, allocator set-up), then releases it; glibc's mmap threshold is
+fixed first (:func:`perfseer_rt.profile.hostmem.fix_mmap_threshold`). Before each CPU model it
 releases free heap (``malloc_trim``) and resets ``VmHWM``, and takes the
 RSS then as the baseline; so a reused child and a fresh one report the same
 peak for the same model.
@@ -40,6 +41,7 @@ def _hello() -> dict:
     from perfseer_rt.profile import hostmem
 
     ort.set_default_logger_severity(3)
+    hostmem.fix_mmap_threshold()  # steady peaks (hostmem's module doc); before any baseline
     prime_onnxruntime()
     return {"hwm_reset": hostmem.reset_hwm() and hostmem.hwm_reset_works()}
 

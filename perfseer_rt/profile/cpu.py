@@ -45,6 +45,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
     settings = settings or MeasureSettings()
     common = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
                   model=str(model))
+    hostmem.fix_mmap_threshold()  # a caller's baseline was taken after it (child start-up)
     if baseline_kib is None:
         baseline_kib = hostmem.start_baseline()
     notes: list[str] = []
@@ -67,7 +68,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
             session_ms=session_ms,
             peak_mem_mb=(peak - baseline_kib) / 1024 if peak and baseline_kib else None,
             peak_mem_process_mb=peak / 1024 if peak else None,
-            peak_mem_method="vmhwm" if peak else None,
+            peak_mem_method=hostmem.peak_method() if peak else None,
             provider_used=handle.provider_used, provider_options=handle.provider_options,
             input_shapes={k: list(v.shape) for k, v in feeds.items()},
             input_dtypes={k: str(v.dtype) for k, v in feeds.items()},

@@ -26,8 +26,10 @@ Fields (see :data:`RECORD_FIELDS` for the full order):
   peak NVML device memory of the measuring process over its value before
   creating the session (the CUDA context is in the baseline).
 - ``peak_mem_process_mb``: the process's absolute peak, same source, MiB.
-- ``peak_mem_method``: how the peak was read (``"vmhwm"``,
-  ``"nvml_process"``, ``"nvml_device_used"``).
+- ``peak_mem_method``: how the peak was read (``"vmhwm+mmap64k"``: VmHWM
+  with glibc's mmap threshold fixed at 64 KiB, see
+  :mod:`perfseer_rt.profile.hostmem`; ``"vmhwm"``: glibc's default, as in
+  records made before 2026-11-21; ``"nvml_process"``, ``"nvml_device_used"``).
 - ``sm_util_pct``: mean NVML ``utilization.gpu`` (share of time a kernel ran)
   over the steady window, percent.
 - ``proc_sm_util_pct``: mean NVML per-process SM utilization over the

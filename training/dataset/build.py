@@ -126,6 +126,20 @@ def existing(out: Path) -> tuple[set[tuple[str, int]], int, int]:
     return done, count, nxt
 
 
+class MixedMethodsError(ValueError):
+    """A campaign would add records measured another way to a dataset."""
+
+
+def memory_methods(out: Path) -> set[str]:
+    """The ``peak_mem_method`` values of the successful records in ``out``."""
+    methods = set()
+    for f in sorted((out / "records").glob("part-*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip() and (r := json.loads(line)).get("status") == "ok":
+                methods.add((r.get("quality") or {}).get("peak_mem_method"))
+    return methods - {None}
+
+
 class Builder:
     """Runs one campaign; see the module docstring."""
 
@@ -142,6 +156,7 @@ class Builder:
             min_runs=settings.min_runs, min_time_s=settings.min_time_s, max_time_s=10.0,
             warmup_runs=settings.warmup_runs)
         self.done, self.count, shard_index = existing(self.out)
+        self.memory_methods = memory_methods(self.out)
         self.shard_index = shard_index
         self.shard = ShardWriter(self.out, shard_index)
         self.tmp = Path(tempfile.mkdtemp(prefix="psrt-build-"))
@@ -193,6 +208,14 @@ class Builder:
                                            f"{t}_p90_ms", "peak_mem_method", "session_ms",
                                            "build_ms", "optimizer", "torch_max_allocated_mb")
                    if k in rec}
+        method = quality.get("peak_mem_method")
+        if status == "ok" and method and self.memory_methods - {method}:
+            raise MixedMethodsError(
+                f"{self.out}: its records measured peak memory as "
+                f"{', '.join(sorted(self.memory_methods))}, this run as {method} "
+                "(perfseer_rt.profile.hostmem); the two do not mix: build a new dataset folder")
+        if status == "ok" and method:
+            self.memory_methods.add(method)
         quality["remeasured"] = bool(rec.get("remeasured"))
         quality["noisy"] = bool(status == "ok" and cv is not None and cv > self.s.noisy_cv)
         g = graph.globals if graph is not None else {}
@@ -398,7 +421,11 @@ def main(argv: list[str] | None = None) -> int:
         worker_cm = TrainWorker("cpu")
     else:
         worker_cm = ProfileWorker("cpu")
-    with worker_cm as worker:
-        n = Builder(settings, worker).run()
+    try:
+        with worker_cm as worker:
+            n = Builder(settings, worker).run()
+    except MixedMethodsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"{n} configurations in {args.out}")
     return 0

@@ -48,6 +48,10 @@ def drift(records: list[dict], time_field: str) -> list[dict]:
     return out
 
 
+def ok_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["status"] == "ok"]
+
+
 def card(dataset: str | Path) -> str:
     dataset = Path(dataset)
     records = read_records(dataset)
@@ -55,6 +59,7 @@ def card(dataset: str | Path) -> str:
         if (dataset / "campaign.json").exists() else {}
     main = [r for r in records if not r.get("reference")]
     refs = {r["graph_key"] for r in records if r.get("reference")}
+    methods = {r["quality"].get("peak_mem_method") for r in ok_records(records)} - {None}
     ok_keys = {r["graph_key"] for r in records if r["status"] == "ok"}
     ok = [r for r in main if r["status"] == "ok"]
     kind = main[0]["kind"] if main else "inference"
@@ -77,7 +82,9 @@ def card(dataset: str | Path) -> str:
         "- " + ("onnxruntime CPU execution provider, 1 intra-op thread, sequential execution, "
                 "all graph optimizations; latency = median wall time of one `run` over the "
                 "timed window; peak memory = peak RSS (VmHWM) of the measuring child process "
-                "over its baseline after importing onnxruntime, MiB."
+                "over its baseline after importing onnxruntime, MiB"
+                + (f" (`peak_mem_method` {', '.join(f'`{m}`' for m in sorted(methods))}; "
+                   "see `perfseer_rt/profile/hostmem.py`)." if methods else ".")
                 if kind == "inference" else
                 "one torch optimizer step (forward, loss, backward, SGD update) on the CPU, "
                 "1 thread; step time = median over the timed window; peak memory = peak RSS of "
