@@ -8,10 +8,10 @@ prints cannot corrupt the replies.
 Memory baseline: at start the child imports onnxruntime and runs one tiny
 session (onnxruntime's one-time process state: thread pools, kernel
 registries, allocator set-up), then releases it; glibc's mmap threshold is
-fixed first (:func:`perfseer_rt.profile.hostmem.fix_mmap_threshold`). Before each CPU model it
-releases free heap (``malloc_trim``) and resets ``VmHWM``, and takes the
-RSS then as the baseline; so a reused child and a fresh one report the same
-peak for the same model.
+fixed before that (:func:`perfseer_rt.profile.hostmem.fix_mmap_threshold`).
+Before each CPU model it releases free heap (``malloc_trim``), resets
+``VmHWM``, and takes the RSS then as the baseline; so a reused child and a
+fresh one report the same peak for the same model.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
     settings = settings or MeasureSettings()
     common = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
                   model=str(model))
-    hostmem.fix_mmap_threshold()  # a caller's baseline was taken after it (child start-up)
+    hostmem.fix_mmap_threshold()  # no-op in the worker's child: fixed at its start-up
     if baseline_kib is None:
         baseline_kib = hostmem.start_baseline()
     notes: list[str] = []

@@ -16,8 +16,8 @@ between other models, then 4 fresh processes): MobileNetV2 96 px read
 threshold fixed at 64 KiB (:func:`fix_mmap_threshold`) 27.2-27.8 and
 114.4-114.8 MiB, the same in a reused worker and in fresh processes
 (latency unchanged within noise: onnxruntime keeps its buffers in its own
-arena). The CPU inference measurements fix the threshold (:func:`fix_mmap_threshold`), and :func:`peak_method` names
-the method in the records. The training-step measurements leave glibc's
+arena). The CPU inference measurements fix the threshold, and
+:func:`peak_method` names the method in the records. The training-step measurements leave glibc's
 default: PyTorch allocates every CPU tensor from malloc, and mapping each
 large one afresh would slow the very steps being timed.
 

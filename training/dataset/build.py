@@ -37,6 +37,7 @@ from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.dataset.plan import architecture_stream, pick_batches
@@ -109,21 +110,20 @@ class ShardWriter:
         return len(self.records)
 
 
+def _records(out: Path) -> Iterator[dict]:
+    """The records of ``out`` in file order."""
+    for f in sorted((out / "records").glob("part-*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
 def existing(out: Path) -> tuple[set[tuple[str, int]], int, int]:
     """Done (arch_id, batch) pairs, count of non-reference records, next shard index."""
-    done: set[tuple[str, int]] = set()
-    count = 0
+    main = [(r["arch_id"], int(r["batch"])) for r in _records(out) if not r.get("reference")]
     files = sorted((out / "records").glob("part-*.jsonl"))
-    for f in files:
-        for line in f.read_text().splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            if not r.get("reference"):
-                done.add((r["arch_id"], int(r["batch"])))
-                count += 1
     nxt = int(files[-1].stem.split("-")[1]) + 1 if files else 0
-    return done, count, nxt
+    return set(main), len(main), nxt
 
 
 class MixedMethodsError(ValueError):
@@ -132,12 +132,8 @@ class MixedMethodsError(ValueError):
 
 def memory_methods(out: Path) -> set[str]:
     """The ``peak_mem_method`` values of the successful records in ``out``."""
-    methods = set()
-    for f in sorted((out / "records").glob("part-*.jsonl")):
-        for line in f.read_text().splitlines():
-            if line.strip() and (r := json.loads(line)).get("status") == "ok":
-                methods.add((r.get("quality") or {}).get("peak_mem_method"))
-    return methods - {None}
+    return {(r.get("quality") or {}).get("peak_mem_method")
+            for r in _records(out) if r.get("status") == "ok"} - {None}
 
 
 class Builder:

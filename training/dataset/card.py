@@ -48,20 +48,16 @@ def drift(records: list[dict], time_field: str) -> list[dict]:
     return out
 
 
-def ok_records(records: list[dict]) -> list[dict]:
-    return [r for r in records if r["status"] == "ok"]
-
-
 def card(dataset: str | Path) -> str:
     dataset = Path(dataset)
     records = read_records(dataset)
     campaign = json.loads((dataset / "campaign.json").read_text()) \
         if (dataset / "campaign.json").exists() else {}
     main = [r for r in records if not r.get("reference")]
-    refs = {r["graph_key"] for r in records if r.get("reference")}
-    methods = {r["quality"].get("peak_mem_method") for r in ok_records(records)} - {None}
-    ok_keys = {r["graph_key"] for r in records if r["status"] == "ok"}
     ok = [r for r in main if r["status"] == "ok"]
+    refs = {r["graph_key"] for r in records if r.get("reference")}
+    ok_keys = {r["graph_key"] for r in records if r["status"] == "ok"}
+    methods = {r["quality"].get("peak_mem_method") for r in ok} - {None}
     kind = main[0]["kind"] if main else "inference"
     tfield = "latency" if kind == "inference" else "step"
     metrics = sorted({m for r in ok for m in r["metrics"]})
