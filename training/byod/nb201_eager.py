@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from training.zoo.nb201 import NODES, ReductionBlock, make_op, parse_cell, format_cell
+from training.zoo.nb201 import NODES, format_cell, make_op, parse_cell, stages
 
 PREFIX = "nb201-eager"
 
@@ -84,13 +84,7 @@ class EagerTinyNetwork(nn.Module):
         super().__init__()
         nodes = parse_cell(cell)
         self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels))
-        blocks: list[nn.Module] = []
-        c = channels
-        for stage in range(3):
-            if stage:
-                blocks.append(ReductionBlock(c, 2 * c))
-                c *= 2
-            blocks += [EagerCell(nodes, c) for _ in range(cells)]
+        blocks, c = stages(lambda width: EagerCell(nodes, width), channels, cells)
         self.blocks = nn.ModuleList(blocks)
         self.tail = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU())
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(c, classes))

@@ -138,20 +138,30 @@ class ReductionBlock(nn.Module):
         return self.conv_b(self.conv_a(x)) + self.downsample(x)
 
 
+def stages(make_cell, channels: int, cells: int) -> tuple[list[nn.Module], int]:
+    """The NAS-Bench-201 body: three stages of ``cells`` cells, a residual
+    reduction block (channels doubled) between stages; ``make_cell(c)``
+    builds one cell of ``c`` channels. Returns the blocks and the final
+    channel count."""
+    blocks: list[nn.Module] = []
+    c = channels
+    for stage in range(3):
+        if stage:
+            blocks.append(ReductionBlock(c, 2 * c))
+            c *= 2
+        blocks += [make_cell(c) for _ in range(cells)]
+    return blocks, c
+
+
 class TinyNetwork(nn.Module):
     """The NAS-Bench-201 macro skeleton around one cell type."""
 
     def __init__(self, cell: str, channels: int, cells: int, classes: int) -> None:
         super().__init__()
         nodes = parse_cell(cell)
-        layers: list[nn.Module] = [nn.Conv2d(3, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels)]
-        c = channels
-        for stage in range(3):
-            if stage:
-                layers.append(ReductionBlock(c, 2 * c))
-                c *= 2
-            layers += [Cell(nodes, c) for _ in range(cells)]
-        layers += [nn.BatchNorm2d(c), nn.ReLU()]
+        body, c = stages(lambda width: Cell(nodes, width), channels, cells)
+        layers: list[nn.Module] = [nn.Conv2d(3, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels),
+                                   *body, nn.BatchNorm2d(c), nn.ReLU()]
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(c, classes))
 
