@@ -28,6 +28,35 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_signature() -> dict[str, Any]:
+    """Vendor, family, model, stepping, L2 size (KiB) and ISA level of the CPU.
+
+    ``cpu_model`` alone does not tell CPUs apart in a VM ("AMD EPYC" covers
+    several generations): the signature does. Values are None where
+    ``/proc/cpuinfo`` lacks them.
+    """
+    keys = {"vendor_id": "cpu_vendor", "cpu family": "cpu_family", "model": "cpu_model_id",
+            "stepping": "cpu_stepping", "cache size": "cpu_cache_kb"}
+    sig: dict[str, Any] = dict.fromkeys(keys.values())
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                name, _, value = line.partition(":")
+                name, value = name.strip().lower(), value.strip()
+                if name in keys:
+                    sig[keys[name]] = value.split()[0] if value else None
+                elif name == "flags":
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx512_bf16", "avx512_vnni", "avx512f", "avx2", "avx") if f in flags]
+    sig["cpu_isa"] = isa[0] if isa else None
+    return sig
+
+
 def gpu_info(index: int = 0) -> dict[str, Any]:
     """GPU name, driver, CUDA driver version and memory through NVML.
 
@@ -93,6 +122,7 @@ def _static(gpu_index: int) -> tuple[tuple[str, Any], ...]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        **cpu_signature(),
         "cpu_cores": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "python_version": platform.python_version(),
@@ -109,7 +139,9 @@ def _static(gpu_index: int) -> tuple[tuple[str, Any], ...]:
 def environment(gpu_index: int | None = 0, **extra: Any) -> dict[str, Any]:
     """The environment block of a record.
 
-    Keys: hostname, platform, cpu_model, cpu_cores, cpu_affinity,
+    Keys: hostname, platform, cpu_model, the keys of :func:`cpu_signature`
+    (cpu_vendor, cpu_family, cpu_model_id, cpu_stepping, cpu_cache_kb,
+    cpu_isa), cpu_cores, cpu_affinity,
     python_version, onnxruntime_version, onnxruntime_package, onnx_version,
     numpy_version, gpu_name, gpu_driver, cuda_version (driver's CUDA version
     from NVML), gpu_memory_mb (MiB), gpu_count, gpu_compute_capability,
