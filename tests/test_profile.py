@@ -127,17 +127,64 @@ def test_peak_memory_large_intermediate_exceeds_tiny(worker, models):
     assert big["peak_mem_process_mb"] > big["peak_mem_mb"]
 
 
+#: Run in a fresh interpreter: free a 16 MiB block (glibc's default then raises
+#: its mmap threshold to 16 MiB), then allocate and free 24 blocks of 1 MiB;
+#: prints the MiB still resident over the start.
+_ALLOCATOR_HISTORY = """
+import ctypes, sys
+from perfseer_rt.profile import hostmem
+if sys.argv[1] == "fixed":
+    assert hostmem.fix_mmap_threshold()
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def touch(size):
+    p = libc.malloc(size)
+    ctypes.memset(p, 1, size)
+    return p
+base = hostmem.rss_kib()
+libc.free(touch(16 << 20))
+blocks = [touch(1 << 20) for _ in range(24)]
+for p in blocks:
+    libc.free(p)
+print((hostmem.rss_kib() - base) / 1024)
+"""
+
+
+def _retained_mib(mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", "import ctypes.util\n" + _ALLOCATOR_HISTORY, mode],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return float(out.stdout.strip())
+
+
+@pytest.mark.skipif(hostmem.rss_kib() is None or not hostmem.fix_mmap_threshold(),
+                    reason="needs Linux /proc and glibc's mallopt")
+def test_fixed_mmap_threshold_leaves_no_allocator_history():
+    """The mechanism behind stable peak-memory labels, tested without timing
+    noise: with glibc's default the freed 1 MiB blocks stay resident (24 MiB
+    here: the threshold adapted to the earlier 16 MiB block, so they came
+    from the heap), and the next measurement in that process would start
+    over them; with the threshold fixed (the profiler's child) they go back
+    to the OS. Replaces a test that compared measured peaks at a 2 % bound
+    and failed once at 4.2 %."""
+    assert _retained_mib("default") > 8  # the history exists ...
+    assert _retained_mib("fixed") < 1    # ... and the fix removes it
+
+
+def test_measuring_child_fixes_the_threshold(worker, models):
+    rec = worker.measure(models["conv"], batch=2, settings=FAST)
+    assert rec["peak_mem_method"] == "vmhwm+mmap64k"
+
+
 @pytest.mark.skipif(not hostmem.reset_hwm(), reason="/proc/self/clear_refs not writable here")
-def test_peak_memory_does_not_carry_allocator_history(worker, models):
-    """The same CNN at batch 4 between runs at other batches. Measured here,
-    three workers each: with glibc's default (adaptive) mmap threshold these
-    peaks spread 6-10 % (16.2-19.3 MiB); with the threshold fixed 0.1 %
-    (14.53-14.55 MiB)."""
-    peaks = []
-    for other in (8, 1, 2, 8, 1, 2):
-        worker.measure(models["conv"], batch=other, settings=FAST)
-        peaks.append(worker.measure(models["conv"], batch=4, settings=FAST)["peak_mem_mb"])
-    assert max(peaks) / min(peaks) < 1.02, peaks
+def test_peak_is_the_larger_of_its_two_phases(worker, models):
+    small = worker.measure(models["conv"], batch=1, settings=FAST)
+    big = worker.measure(models["big"], batch=4, settings=FAST)
+    for rec in (small, big):
+        assert rec["peak_mem_mb"] == pytest.approx(max(rec["load_peak_mb"], rec["run_peak_mb"]))
+        assert 0 <= rec["loaded_mb"] <= rec["load_peak_mb"]
+    # big's two 64 MiB intermediates live in the run phase, not at load
+    assert big["run_peak_mb"] > big["load_peak_mb"] + 100
 
 
 @pytest.mark.skipif(not hostmem.reset_hwm(), reason="/proc/self/clear_refs not writable here")

@@ -55,6 +55,9 @@ SMALL = {
     "bert": "bert:depth=1,dim=32,heads=2,seq=8,vocab=100",
     "gpt": "gpt:depth=2,dim=32,heads=2,seq=8,vocab=100",
     "nb201": f"nb201:{NB201_CELL},cells=1",
+    # published architectures (training/zoo/real): the smallest real ones
+    "hf": "hf:model=bert-L2-H128,seq=8",
+    "timm": "timm:model=mobilenetv3_small_050,res=64",
 }
 
 
@@ -110,7 +113,7 @@ def test_family_exports_and_runs_at_two_batches(key, exported):
         assert all(np.isfinite(o).all() for o in outs)
 
 
-@pytest.mark.parametrize("key", ["resnet", "gpt", "perfseer"])
+@pytest.mark.parametrize("key", ["resnet", "gpt", "perfseer", "hf", "timm"])
 def test_onnx_matches_torch(key, exported):
     cfg = parse_spec(SMALL[key])
     feeds = example_inputs(cfg, 2, seed=3)

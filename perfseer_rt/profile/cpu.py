@@ -58,17 +58,26 @@ def measure_cpu(model: str, *, batch: int | None = None,
         handle = build_session(model, "cpu", threads=threads)
         session_ms = (time.perf_counter() - t0) * 1e3
         session = handle.session
+        # the two phases of the peak: creating the session (model bytes,
+        # initializers, pre-packed weights) and running it (what stays
+        # resident plus the arena); the peak is the larger of the two
+        load_peak = hostmem.hwm_kib()
+        resident = hostmem.rss_kib()
+        phases = hostmem.reset_hwm()
         feeds = make_inputs(session, batch=batch, input_shapes=input_shapes)
         run = lambda: session.run(None, feeds)  # noqa: E731
         warmups = warm_up(run, settings)
         samples, wall_ns = timed_loop(run, settings)
-        peak = hostmem.hwm_kib()
+        run_peak = hostmem.hwm_kib()
+        peak = max(load_peak or 0, run_peak or 0) or None
+        over = lambda kib: (kib - baseline_kib) / 1024 if kib and baseline_kib and phases else None  # noqa: E731
         rec = new_record(
             status=STATUS_OK, **latency_stats(samples, wall_ns), warmup_runs=warmups,
             session_ms=session_ms,
             peak_mem_mb=(peak - baseline_kib) / 1024 if peak and baseline_kib else None,
             peak_mem_process_mb=peak / 1024 if peak else None,
             peak_mem_method=hostmem.peak_method() if peak else None,
+            load_peak_mb=over(load_peak), loaded_mb=over(resident), run_peak_mb=over(run_peak),
             provider_used=handle.provider_used, provider_options=handle.provider_options,
             input_shapes={k: list(v.shape) for k, v in feeds.items()},
             input_dtypes={k: str(v.dtype) for k, v in feeds.items()},

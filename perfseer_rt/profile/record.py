@@ -26,6 +26,10 @@ Fields (see :data:`RECORD_FIELDS` for the full order):
   peak NVML device memory of the measuring process over its value before
   creating the session (the CUDA context is in the baseline).
 - ``peak_mem_process_mb``: the process's absolute peak, same source, MiB.
+- CPU only, the phases of ``peak_mem_mb`` (same baseline, MiB; None where
+  the peak cannot be reset): ``load_peak_mb``, the peak while the session is
+  created; ``loaded_mb``, what is resident right after; ``run_peak_mb``, the
+  peak while it runs. ``peak_mem_mb`` = max(load_peak_mb, run_peak_mb).
 - ``peak_mem_method``: how the peak was read (``"vmhwm+mmap64k"``: VmHWM
   with glibc's mmap threshold fixed at 64 KiB, see
   :mod:`perfseer_rt.profile.hostmem`; ``"vmhwm"``: glibc's default, as in
@@ -63,7 +67,8 @@ RECORD_FIELDS = (
     "latency_ms", "latency_mean_ms", "latency_min_ms", "latency_p90_ms", "latency_cv",
     "latency_robust_cv",
     "runs", "window_s", "warmup_runs", "session_ms",
-    "peak_mem_mb", "peak_mem_process_mb", "peak_mem_method",
+    "peak_mem_mb", "peak_mem_process_mb", "peak_mem_method", "load_peak_mb", "loaded_mb",
+    "run_peak_mb",
     "sm_util_pct", "proc_sm_util_pct", "gpm_sm_active_pct", "gpm_sm_occupancy_pct",
     "energy_mj", "power_w",
     "provider_requested", "provider_used", "provider_options", "threads",

@@ -41,7 +41,8 @@ from typing import Iterator
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.dataset.plan import architecture_stream, pick_batches
-from training.dataset.splits import split_arch, split_family
+from training.dataset.splits import split_arch, split_family, split_real
+from training.zoo.registry import get_family
 
 #: Per kind of campaign: the record fields that become metrics, the time
 #: field prefix, and the spread that decides re-measurement (the robust CV,
@@ -202,6 +203,7 @@ class Builder:
         quality = {k: rec.get(k) for k in (f"{t}_cv", f"{t}_robust_cv", "runs", "window_s",
                                            "warmup_runs", f"{t}_min_ms", f"{t}_mean_ms",
                                            f"{t}_p90_ms", "peak_mem_method", "session_ms",
+                                           "load_peak_mb", "loaded_mb", "run_peak_mb",
                                            "build_ms", "optimizer", "torch_max_allocated_mb")
                    if k in rec}
         method = quality.get("peak_mem_method")
@@ -216,7 +218,8 @@ class Builder:
         quality["noisy"] = bool(status == "ok" and cv is not None and cv > self.s.noisy_cv)
         g = graph.globals if graph is not None else {}
         return {
-            "kind": self.s.kind, "arch_id": cfg.arch_id, "family": cfg.family, "spec": spec,
+            "kind": self.s.kind, "arch_id": cfg.arch_id, "family": cfg.family,
+            "group": get_family(cfg.family).group_of(cfg.params), "spec": spec,
             "config": json.loads(cfg.to_json()), "batch": batch, "device": self.s.device,
             "status": status, "error": rec.get("error"), "metrics": metrics, "quality": quality,
             "flops": g.get("flops_total"), "params": g.get("params_total"),
@@ -226,6 +229,8 @@ class Builder:
             "input_shapes": rec.get("input_shapes"),
             "split_arch": split_arch(cfg.arch_id),
             "split_family": split_family(cfg.arch_id, cfg.family),
+            "split_real": split_real(cfg.arch_id, cfg.family,
+                                     get_family(cfg.family).group_of(cfg.params)),
             "graph_key": f"{cfg.family}/{cfg.arch_id}/b{batch}" if graph is not None else None,
             "reference": reference, "env": self._env(),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

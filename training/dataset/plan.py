@@ -17,6 +17,8 @@ FAMILY_WEIGHTS: dict[str, float] = {
     "vgg": 0.05, "resnet": 0.06, "mobilenetv2": 0.05, "mobilenetv3": 0.05,
     "densenet": 0.05, "efficientnet": 0.05, "googlenet": 0.04,
     "vit": 0.07, "bert": 0.07, "gpt": 0.07,
+    # published architectures (timm, HF transformers): a third of the stream
+    "timm": 0.35, "hf": 0.15,
 }
 
 #: CPU input resolutions (pixels) of image families; NAS-Bench-201 is 32x32.
@@ -32,8 +34,8 @@ def cpu_variant(config, rng: random.Random):
     from training.zoo import ModelConfig
 
     params = dict(config.params)
-    if config.family == "nb201":
-        return config
+    if config.family in ("nb201", "timm", "hf"):
+        return config  # NB201 is 32x32; the published families sample their own input sizes
     if "res" in params:
         choices = [r for r in CPU_RESOLUTIONS if r >= 32 + (32 if config.family in
                    ("googlenet", "vit") else 0)]

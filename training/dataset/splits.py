@@ -5,6 +5,11 @@ falls in the same split (DESIGN.md section 4).
 * ``split_family``: the families in :data:`HELD_OUT_FAMILIES` are the test
   set (never seen in training); the other architectures split 3:1
   train/val by the same hash.
+* ``split_real``: the real-model check. Published architectures (timm, HF
+  transformers) of the groups in :data:`HELD_OUT_REAL_GROUPS` are the test
+  set; every other architecture, generated or published, splits 3:1
+  train/val. A predictor trained on this split has never seen a ConvNeXt,
+  RegNet, MobileViT, OPT or ELECTRA.
 """
 
 from __future__ import annotations
@@ -14,6 +19,15 @@ import hashlib
 #: Families held out entirely by the family split: one CNN family, one
 #: transformer family, covering both kinds of graphs.
 HELD_OUT_FAMILIES: frozenset[str] = frozenset({"densenet", "gpt"})
+
+
+#: Published architecture groups (timm modules, HF model types) held out by
+#: :func:`split_real`: two CNN families, a CNN/attention hybrid, a decoder
+#: and an encoder.
+HELD_OUT_REAL_GROUPS: frozenset[str] = frozenset({"convnext", "regnet", "mobilevit", "opt",
+                                                   "electra"})
+#: The zoo families whose architectures are published ones.
+REAL_FAMILIES: frozenset[str] = frozenset({"timm", "hf"})
 
 
 def _bucket(arch_id: str) -> int:
@@ -30,5 +44,13 @@ def split_family(arch_id: str, family: str,
                  held_out: frozenset[str] = HELD_OUT_FAMILIES) -> str:
     """'test' for held-out families, else 'train' (3/4) or 'val' (1/4)."""
     if family in held_out:
+        return "test"
+    return "val" if _bucket(arch_id) == 2 else "train"
+
+
+def split_real(arch_id: str, family: str, group: str,
+               held_out: frozenset[str] = HELD_OUT_REAL_GROUPS) -> str:
+    """'test' for published architectures of held-out groups, else 'train' (3/4) or 'val'."""
+    if family in REAL_FAMILIES and group in held_out:
         return "test"
     return "val" if _bucket(arch_id) == 2 else "train"

@@ -125,10 +125,16 @@ def build_model(config: ModelConfig, seed: int | None = None) -> nn.Module:
     ``seed`` None -> :func:`arch_seed` of the config.
     """
     fam = get_family(config.family)
+    seed = arch_seed(config) if seed is None else seed
+    if fam.native_init:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = fam.build(config.params)
+        return model.eval()
     with torch.device("meta"):
         model = fam.build(config.params)
     model = model.to_empty(device="cpu")
-    deterministic_init(model, arch_seed(config) if seed is None else seed)
+    deterministic_init(model, seed)
     return model.eval()
 
 

@@ -155,6 +155,19 @@ class Family:
     check: Callable[[dict], dict] | None = None
     bare_param: str | None = None
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: True for published model definitions (timm, transformers): they are
+    #: built on the CPU with their own initialisation under a seeded torch RNG,
+    #: because their buffers (position ids, relative-position indices) hold
+    #: structure that :func:`training.zoo.export.deterministic_init` would destroy.
+    native_init: bool = False
+    #: ``group(params) -> str``: the architecture family a config belongs to
+    #: for family-held-out splits (the published families: ``resnet``,
+    #: ``convnext``, ``bert``, ...); None -> the family name itself.
+    group: Callable[[dict], str] | None = None
+
+    def group_of(self, params: dict) -> str:
+        """The architecture family of ``params`` (see :attr:`group`)."""
+        return self.group(params) if self.group is not None else self.name
 
     def param(self, name: str) -> Param:
         """The parameter called ``name``; :class:`SpecError` listing valid names otherwise."""

@@ -22,6 +22,8 @@ FAMILY_MODULES: dict[str, str] = {
     "bert": "text_transformers",
     "gpt": "text_transformers",
     "nb201": "nb201",
+    "hf": "real.hf_text",
+    "timm": "real.timm_vision",
 }
 
 

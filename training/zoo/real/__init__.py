@@ -1,0 +1,1 @@
+"""Real architectures: published model definitions from timm and HF transformers."""

@@ -1,0 +1,182 @@
+"""Published text architectures from HF ``transformers``, built from their configs.
+
+``hf:model=bert-base,seq=128``: the named architecture (hyper-parameters of
+the published checkpoint, written out in :data:`ARCHITECTURES`) with random
+weights, at a sequence length of ``seq`` tokens. Encoders output
+``last_hidden_state`` (B, seq, hidden); causal language models output the LM
+head's ``logits`` (B, seq, vocab), which is what a user runs. Input:
+``input_ids`` (B, seq) int64. Attention is the eager implementation (what
+the TorchScript exporter traces) and the KV cache is off.
+
+Each entry names the ``transformers`` config class, the model kind and the
+config values that differ from that class's defaults; ``group`` is the
+architecture family used for family-held-out splits (e.g. every BERT size
+is ``bert``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from torch import nn
+
+from training.zoo.family import Family, Param, TensorSpec, pick
+from training.zoo.real.torchvision_compat import import_transformers
+
+#: name -> (group, config class, "encoder" | "causal" | "t5-encoder", config overrides);
+#: at most ~165 M parameters each, so that an export stays within a minute or two
+ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
+    # BERT (Devlin et al.) and the official small BERTs (Turc et al., google/bert_uncased_L-*_H-*)
+    "bert-base": ("bert", "BertConfig", "encoder", {}),
+    **{f"bert-L{n}-H{h}": ("bert", "BertConfig", "encoder",
+                           {"hidden_size": h, "num_hidden_layers": n, "num_attention_heads": h // 64,
+                            "intermediate_size": 4 * h})
+       for n, h in ((2, 128), (4, 256), (4, 512), (8, 512), (6, 768), (12, 256), (2, 768), (10, 512))},
+    "minilm-L6-H384": ("minilm", "BertConfig", "encoder",
+                       {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+                        "intermediate_size": 1536}),
+    "minilm-L12-H384": ("minilm", "BertConfig", "encoder",
+                        {"hidden_size": 384, "num_hidden_layers": 12, "num_attention_heads": 12,
+                         "intermediate_size": 1536}),
+    "distilbert-base": ("distilbert", "DistilBertConfig", "encoder", {}),
+    "roberta-base": ("roberta", "RobertaConfig", "encoder",
+                     {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1}),
+    "distilroberta-base": ("roberta", "RobertaConfig", "encoder",
+                           {"vocab_size": 50265, "max_position_embeddings": 514,
+                            "type_vocab_size": 1, "num_hidden_layers": 6}),
+    "albert-base-v2": ("albert", "AlbertConfig", "encoder",
+                       {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072,
+                        "hidden_act": "gelu_new"}),
+    "albert-large-v2": ("albert", "AlbertConfig", "encoder",
+                        {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096,
+                         "num_hidden_layers": 24, "hidden_act": "gelu_new"}),
+    "electra-small": ("electra", "ElectraConfig", "encoder",
+                      {"embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4,
+                       "intermediate_size": 1024}),
+    "electra-base": ("electra", "ElectraConfig", "encoder",
+                     {"embedding_size": 768, "hidden_size": 768, "num_attention_heads": 12,
+                      "intermediate_size": 3072}),
+    "mpnet-base": ("mpnet", "MPNetConfig", "encoder", {}),
+    "t5-small-encoder": ("t5", "T5Config", "t5-encoder",
+                         {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8}),
+    "t5-base-encoder": ("t5", "T5Config", "t5-encoder",
+                        {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12}),
+    "t5-v1_1-small-encoder": ("t5", "T5Config", "t5-encoder",
+                              {"d_model": 512, "d_ff": 1024, "num_layers": 8, "num_heads": 6,
+                               "feed_forward_proj": "gated-gelu"}),
+    # decoders (causal LM, logits)
+    "gpt2": ("gpt2", "GPT2Config", "causal", {}),
+    "distilgpt2": ("gpt2", "GPT2Config", "causal", {"n_layer": 6}),
+    "gpt-neo-125m": ("gpt_neo", "GPTNeoConfig", "causal",
+                     {"hidden_size": 768, "num_layers": 12, "num_heads": 12,
+                      "attention_types": [[["global", "local"], 6]], "max_position_embeddings": 2048}),
+    "opt-125m": ("opt", "OPTConfig", "causal",
+                 {"hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
+                  "num_attention_heads": 12, "vocab_size": 50272, "word_embed_proj_dim": 768}),
+    "pythia-70m": ("pythia", "GPTNeoXConfig", "causal",
+                   {"hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
+                    "intermediate_size": 2048, "vocab_size": 50304, "rotary_pct": 0.25}),
+    "pythia-160m": ("pythia", "GPTNeoXConfig", "causal",
+                    {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                     "intermediate_size": 3072, "vocab_size": 50304, "rotary_pct": 0.25}),
+    "smollm-135m": ("llama", "LlamaConfig", "causal",
+                    {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                     "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                     "tie_word_embeddings": True, "max_position_embeddings": 2048}),
+}
+
+#: Sequence lengths (tokens) a sampled architecture runs at.
+SEQ_LENS = (16, 32, 64, 128)
+
+
+class _TextModel(nn.Module):
+    """Wraps a transformers model so ONNX sees one input and one output tensor."""
+
+    def __init__(self, model: nn.Module, output: str) -> None:
+        super().__init__()
+        self.model = model
+        self.output = output
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.output == "logits":
+            # an all-ones attention mask, as a tokenizer gives for one unpadded
+            # sequence; without one transformers traces a packed-sequence check
+            # (torch.diff) that has no ONNX export
+            out = self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        else:
+            out = self.model(input_ids=input_ids)
+        return out[self.output]
+
+
+def make_config(name: str):
+    """The ``transformers`` config object of architecture ``name``."""
+    transformers = import_transformers()
+    _, cls, _, overrides = ARCHITECTURES[name]
+    config = getattr(transformers, cls)(**overrides)
+    config.use_cache = False
+    config._attn_implementation = "eager"
+    return config
+
+
+def build(params: dict) -> nn.Module:
+    """The wrapped model of ``params["model"]`` (random weights from transformers' own init)."""
+    transformers = import_transformers()
+    name = params["model"]
+    kind = ARCHITECTURES[name][2]
+    config = make_config(name)
+    if kind == "causal":
+        return _TextModel(transformers.AutoModelForCausalLM.from_config(config), "logits")
+    if kind == "t5-encoder":
+        return _TextModel(transformers.T5EncoderModel(config), "last_hidden_state")
+    # an unused pooler is traced away by the exporter
+    return _TextModel(transformers.AutoModel.from_config(config), "last_hidden_state")
+
+
+def vocab_and_width(name: str) -> tuple[int, int]:
+    """(vocabulary size, output width) of architecture ``name``."""
+    config = make_config(name)
+    kind = ARCHITECTURES[name][2]
+    hidden = next(getattr(config, k) for k in ("hidden_size", "d_model", "n_embd", "dim")
+                  if hasattr(config, k))
+    return config.vocab_size, (config.vocab_size if kind == "causal" else hidden)
+
+
+def io(params: dict, batch) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    vocab, width = _SHAPES[params["model"]]
+    output = "logits" if ARCHITECTURES[params["model"]][2] == "causal" else "last_hidden_state"
+    return ([TensorSpec("input_ids", (batch, params["seq"]), "int64", high=vocab)],
+            [TensorSpec(output, (batch, params["seq"], width), "float32")])
+
+
+class _Shapes(dict):
+    """Vocabulary and output width per architecture, read from its config on first use."""
+
+    def __missing__(self, name: str) -> tuple[int, int]:
+        self[name] = vocab_and_width(name)
+        return self[name]
+
+
+_SHAPES = _Shapes()
+
+
+def group(params: dict) -> str:
+    """The architecture family of ``params`` (for family-held-out splits)."""
+    return ARCHITECTURES[params["model"]][0]
+
+
+def sample(rng: random.Random) -> dict:
+    """A uniformly drawn architecture group, then a member and a sequence length."""
+    groups = sorted({g for g, *_ in ARCHITECTURES.values()})
+    g = pick(rng, groups)
+    return {"model": pick(rng, sorted(n for n, a in ARCHITECTURES.items() if a[0] == g)),
+            "seq": pick(rng, SEQ_LENS)}
+
+
+FAMILY = Family(
+    name="hf", doc=__doc__,
+    params=(Param("model", "str", "bert-base", "published architecture name",
+                  choices=tuple(sorted(ARCHITECTURES))),
+            Param("seq", "int", 128, "sequence length in tokens", lo=1, hi=4096)),
+    build=build, sample=sample, io=io, native_init=True, group=group,
+)
