@@ -24,6 +24,7 @@ from perfseer_rt.gpu import features as F
 from perfseer_rt.gpu.prior import PRIOR_FORMAT, PROVENANCE
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpuprior import models as M
+from training.gpuprior.devices import write_entries
 from training.gpuprior.data import FILES, data_root, load_family, load_specs
 from training.gpuprior.evaluate import leave_one_gpu_out
 from training.gpuprior.report import write_report
@@ -48,8 +49,8 @@ def export_final(families, steps: int, export: Path, summary: dict) -> dict:
             "kernel_additive": M.fit_additive(fam.shape["flops"], fam.shape["bytes"], spec,
                                               fam.latency_ms),
             "rows": len(fam), "gpus": sorted(set(fam.devices)),
-            "train_range": {"log10_flops": [float(np.log10(fam.shape["flops"].min())),
-                                            float(np.log10(fam.shape["flops"].max()))]},
+            "train_range": {"log10_bytes": [float(np.log10(fam.shape["bytes"].min())),
+                                            float(np.log10(fam.shape["bytes"].max()))]},
             "leave_one_gpu_out": summary.get(name, {})}
     atomic_write_bytes(export / "prior.json", json.dumps(doc, indent=1).encode())
     return doc
@@ -70,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     folds = leave_one_gpu_out(families, args.steps, cache=out / "folds.json")
     results = write_report(folds, out, COMMAND.format(steps=args.steps), specs)
-    export_final(families, args.steps, Path(args.export), results["per_family"])
+    doc = export_final(families, args.steps, Path(args.export), results["per_family"])
+    names = write_entries(specs, doc, folds, Path(args.export).parent, f"{PRIOR_FORMAT}+steps{args.steps}")
+    print(f"wrote {out}/README.md, {args.export}/, device entries: {', '.join(names)}")
     return 0
 
 
