@@ -2,8 +2,9 @@
 models (``features`` -> ``log_ratio``) and ``prior.json``, run with
 onnxruntime on the CPU.
 
-Per kernel: ``t = max(roofline * exp(log_ratio) - a, roofline) + launch``,
-where ``a`` is the fixed per-call cost fitted in the measurements (PyTorch
+Per kernel: ``k = mlp^w * additive^(1-w)`` (``mlp = roofline *
+exp(log_ratio)``, ``additive`` the family's kernel-additive fit, ``w`` =
+``blend_w_mlp``), then ``t = max(k - a, roofline) + launch``, where ``a`` is the fixed per-call cost fitted in the measurements (PyTorch
 eager, kernel-additive intercept of the family) and ``launch`` the device
 entry's per-kernel overhead for our runtime (an assumption it states).
 Kernels smaller than anything the family was trained on (fewer bytes than
@@ -52,10 +53,11 @@ class Prior:
         coef = fam["kernel_additive"]
         log_ratio = _session(str(self.folder / fam["file"])).run(
             None, {"features": F.features(family, shape, spec)})[0].astype(np.float64)
-        kernel = roof * np.exp(log_ratio)
         t_c = flops / (spec["fp32_gflops"] * 1e9) * 1e3
         t_m = nbytes / (spec["mem_bw_gbs"] * 1e9) * 1e3
         additive = coef["inv_eff_compute"] * t_c + coef["inv_eff_memory"] * t_m
+        w = float(self.doc.get("blend_w_mlp", 1.0))
+        kernel = np.exp(w * (np.log(roof) + log_ratio) + (1 - w) * np.log(additive + coef["a_ms"]))
         small = np.log10(np.maximum(nbytes, 1.0)) < fam["train_range"]["log10_bytes"][0]
         body = np.where(small, additive, kernel - coef["a_ms"])
         return np.maximum(body, roof) + launch_ms

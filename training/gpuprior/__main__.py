@@ -30,14 +30,14 @@ from training.gpuprior.evaluate import leave_one_gpu_out
 from training.gpuprior.report import write_report
 
 REPO = Path(__file__).resolve().parents[2]
-COMMAND = "python -m training.gpuprior --steps {steps}"
+COMMAND = "python -m training.gpuprior --steps {steps}  # data: ../shared/external/neusight-kernels"
 
 
 def export_final(families, steps: int, export: Path, summary: dict) -> dict:
     export.mkdir(parents=True, exist_ok=True)
     doc = {"format": PRIOR_FORMAT, "provenance": PROVENANCE, "steps": steps,
            "target": "log(latency_ms / roofline_ms), roofline = max(FLOPs/fp32 peak, bytes/bandwidth)",
-           "families": {}}
+           "blend_w_mlp": M.BLEND_W_MLP, "families": {}}
     for name, fam in tqdm(families.items(), desc="final fits"):
         spec = fam.spec()
         x = F.features(name, fam.shape, spec)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=None, help="neusight-kernels folder (default: ../shared/external/...)")
     ap.add_argument("--out", default=str(REPO / "reports" / "gpu-prior"))
     ap.add_argument("--export", default=str(REPO / "exported_models" / "_gpu_prior"))
-    ap.add_argument("--steps", type=int, default=1500, help="Adam steps per MLP fit")
+    ap.add_argument("--steps", type=int, default=300, help="Adam steps per MLP fit")
     ap.add_argument("--families", default=",".join(FILES), help="comma-separated subset")
     args = ap.parse_args(argv)
     root = data_root(args.data)

@@ -42,12 +42,13 @@ def fold(fam: Family, held: str, steps: int, seed: int = 0) -> dict:
     roof_tr = M.roofline(train.shape["flops"], train.shape["bytes"], s_tr)
     roof_te = M.roofline(test.shape["flops"], test.shape["bytes"], s_te)
     mlp = M.fit_mlp(x_tr, np.log(train.latency_ms / roof_tr), seed=seed, steps=steps)
-    prior = roof_te * np.exp(M.predict_mlp(mlp, x_te))
+    mlp_ms = roof_te * np.exp(M.predict_mlp(mlp, x_te))
     coef = M.fit_additive(train.shape["flops"], train.shape["bytes"], s_tr, train.latency_ms)
     additive = M.predict_additive(coef, test.shape["flops"], test.shape["bytes"], s_te)
+    prior = M.blend(mlp_ms, additive, roof_te)
     meas = test.latency_ms
     out = {"family": fam.name, "held_out": held, "train_rows": len(train),
-           "prior": scores(prior, meas), "roofline": scores(roof_te, meas),
+           "prior": scores(prior, meas), "mlp": scores(mlp_ms, meas), "roofline": scores(roof_te, meas),
            "kernel_additive": scores(additive, meas), "calibration": {}}
     rng = np.random.default_rng(seed)
     for n in CALIBRATION_SHOTS:
