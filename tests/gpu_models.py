@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import helper
 
 from tests.onnx_builders import const, model
 
@@ -57,4 +57,4 @@ def shared_weight_chain():
     return model(nodes, [("x", [8, 64])], [("y", [8, 64])], [const("w", [64, 64])])
 
 
-__all__ = ["transformer", "shared_weight_chain", "TensorProto"]
+__all__ = ["transformer", "shared_weight_chain"]

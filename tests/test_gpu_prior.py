@@ -214,3 +214,26 @@ def test_unknown_metric_and_device_are_one_line_errors():
 def test_table_output_names_the_provenance():
     code, out, _ = _run("predict", CNN, "--device", "t4")
     assert code == 0 and "predictor: gpu-prior; prior from public kernel measurements" in out
+
+
+def test_a_calibration_in_the_entry_corrects_its_latency(tmp_path, monkeypatch, tfm_path):
+    import shutil
+
+    from perfseer_rt.gpu.calibrate import write_calibration
+
+    root = tmp_path / "exported_models"
+    shutil.copytree(registry.models_root() / "_gpu_prior", root / "_gpu_prior")
+    shutil.copytree(registry.models_root() / "h100", root / "h100")
+    (before,) = api.predict(tfm_path, batch=4, device="h100")
+    monkeypatch.setattr(registry, "models_root", lambda: root)
+    registry.predictors.cache_clear()
+    pairs = fit_correction([1.0, 2.0, 4.0], [1.5, 3.0, 6.0])  # a 1.5x scale
+    write_calibration(root / "h100" / "manifest.json", pairs, "test pairs")
+    registry.predictors.cache_clear()
+    try:
+        (after,) = api.predict(tfm_path, batch=4, device="h100")
+    finally:
+        registry.predictors.cache_clear()
+    v0, v1 = (r["metrics"]["latency_ms"]["value"] for r in (before, after))
+    assert v1 == pytest.approx(1.5 * v0, rel=1e-3)
+    assert "calibrated" in after["predictor"]["description"]

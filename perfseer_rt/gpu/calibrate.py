@@ -9,11 +9,15 @@ every latency the prior predicts. Pairs can be kernels or whole models.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
 
 #: Fewer pairs than this fit a scale only (the slope would be noise).
 MIN_PAIRS_FOR_SLOPE = 20
@@ -59,6 +63,19 @@ def fit_correction(predicted_ms, measured_ms) -> Correction:
     corr = Correction(float(alpha), float(beta), int(p.size), mape(p, m), 0.0)
     return Correction(corr.alpha, corr.beta, corr.pairs, corr.mape_before,
                       mape(corr.apply(p), m))
+
+
+def write_calibration(manifest_path: str | os.PathLike, correction: Correction,
+                      source: str) -> None:
+    """Store ``correction`` in a gpu-prior device manifest (atomically);
+    ``source`` says which records it was fitted on."""
+    path = Path(manifest_path)
+    doc = json.loads(path.read_text())
+    if doc.get("kind") != "gpu-prior":
+        raise PerfSeerError(f"{path}: not a gpu-prior device entry")
+    doc["calibration"] = correction.to_dict()
+    doc["calibration_source"] = source
+    atomic_write_bytes(path, json.dumps(doc, indent=1).encode())
 
 
 def mape(pred, meas) -> float:

@@ -50,6 +50,7 @@ class GpuPriorDevice:
         self.launch_ms = float(manifest["kernel_launch_ms"])
         cal = manifest.get("calibration")
         self.correction = Correction(**cal) if cal else None
+        self.calibration_source = manifest.get("calibration_source")
 
     def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict]:
         """Total ms and ms per family of ``kernels`` on ``spec``."""

@@ -65,7 +65,7 @@ class Prior:
 
 @lru_cache(maxsize=16)
 def _session(path: str):
-    import onnxruntime as ort
+    import onnxruntime as ort  # deliberately lazy: only a GPU-prior prediction needs it
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1

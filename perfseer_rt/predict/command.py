@@ -69,6 +69,7 @@ def devices(as_json):
                      "models": pred.model_names, "default_model": m.get("default_model"),
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "provenance": m.get("provenance"),
+                     "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "configurations": m.get("training_data", {}).get("configurations")})
     if as_json:
         emit_json(rows)
@@ -84,6 +85,9 @@ def devices(as_json):
                    f"{', '.join(r['models'])}, default {r['default_model']})")
         if r["provenance"]:
             click.echo(f"  provenance: {r['provenance']}")
+        if r["leave_one_gpu_out"]:
+            click.echo(f"  per-operator MAPE with this GPU held out: "
+                       f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")

@@ -32,15 +32,24 @@ BLEND_W_MLP = 0.5
 
 
 class RooflineFraction(nn.Module):
-    def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int = HIDDEN):
+    """Features are clamped to the range seen in training before anything
+    else: a GPU far outside the training GPUs (L4's ridge point is ~4x any
+    of them) then gets the nearest trained behaviour rather than an MLP
+    extrapolation."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 hidden: int = HIDDEN):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
+        self.register_buffer("lo", torch.tensor(lo, dtype=torch.float32))
+        self.register_buffer("hi", torch.tensor(hi, dtype=torch.float32))
         d = len(mean)
         self.net = nn.Sequential(nn.Linear(d, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
                                  nn.SiLU(), nn.Linear(hidden, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.maximum(torch.minimum(x, self.hi), self.lo)
         return self.net((x - self.mean) / self.std).squeeze(-1)
 
 
@@ -51,7 +60,7 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, seed: int = 0, steps: int = 3000,
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     std = x.std(0)
-    model = RooflineFraction(x.mean(0), np.where(std > 1e-6, std, 1.0))
+    model = RooflineFraction(x.mean(0), np.where(std > 1e-6, std, 1.0), x.min(0), x.max(0))
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=1e-5)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.float32))

@@ -97,7 +97,10 @@ def _readme(res: dict, specs: dict) -> str:
         "will use (`perfseer_rt.gpu.calibrate.fit_correction`: `log meas = alpha + beta log "
         "pred`, scale only below 20 pairs), the held-out GPU's rows play \"our records\": "
         "the correction is fitted on n random rows of the held-out GPU and tested on the "
-        "rest (mean over 5 draws).\n")
+        "rest (mean over 5 draws). *prior only*: MAPE over all rows of that GPU; *calibrated*: "
+        "over the rows not used to fit the correction. A correction is one scale (or scale "
+        "and slope) per device and operator family: it removes a device's bias (memory-bound "
+        "ops), not the shape-dependent scatter of GEMM-like kernels, where 10 pairs can hurt.\n")
     add("| operator | held-out GPU | prior only | calibrated, n=10 | calibrated, n=50 |")
     add("| --- | --- | ---: | ---: | ---: |")
     for r in res["folds"]:
@@ -106,6 +109,9 @@ def _readme(res: dict, specs: dict) -> str:
         add(f"| {r['family']} | {SHORT.get(r['held_out'], r['held_out'])} | {r['prior']['mape']:.1f} "
             f"| {cell('10')} | {cell('50')} |")
     add("")
+    add("Whole-model answers of the shipped prior for zoo models, beside the per-node "
+        "roofline (not validated: no labels): [whole_model.md](whole_model.md), "
+        "`python -m training.gpuprior.whole_model`.\n")
     add("## What this does not show\n")
     add("- **No whole-model check.** The NeuSight data holds single operators only (no "
         "whole-model or layer-sequence rows), and we have no GPU labels of our own yet. For "
@@ -121,6 +127,11 @@ def _readme(res: dict, specs: dict) -> str:
         "- **Five GPUs, four per fold.** Device-level effects the spec sheet does not carry "
         "(power-limited clocks of the 70-75 W T4 and P4, TF32 in cuDNN convolutions on "
         "A100) show up as per-device bias in the table above.\n"
+        "- The MLP clamps every feature to the range of its training rows, so a GPU far "
+        "from the five (L4: ridge point ~104 FLOP/B against 12-30) gets the nearest trained "
+        "behaviour, not an extrapolation; that is a guard, not accuracy.\n"
+        "- Peak memory (weights exact; activations from the schedule; allocator, workspace and "
+        "CUDA context from stated assumptions) has no GPU labels here either.\n"
         "- H100, H200, L4, A100-80GB (except conv) have no rows: their predictions are "
         "extrapolations from the spec sheet and are not validated here.\n")
     add("## Spec sheets used\n")
