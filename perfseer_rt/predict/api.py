@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from perfseer_rt.errors import MetricError
+from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict import mig
 from perfseer_rt.predict.registry import Predictor, get_predictor
@@ -93,10 +94,19 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     return warnings
 
 
+def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
+    wanted = list(metrics) if metrics else pred.metrics
+    missing = [m for m in wanted if m not in pred.metrics]
+    if missing:
+        raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)}; "
+                          f"it predicts {', '.join(pred.metrics)}")
+    return wanted
+
+
 def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
-            model: str | None = None) -> list[dict]:
+            model: str | None = None, precision: str | None = None) -> list[dict]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -108,6 +118,9 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
         model: which of the device's predictors (``perfseer-rt devices``);
             default: the manifest's ``default_model``.
+        precision: GPU-prior devices only: ``fp32`` (default) or
+            ``fp16-tc`` / ``bf16-tc`` (tensor-core assumption, see
+            :mod:`perfseer_rt.gpu.predict`).
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -122,12 +135,14 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         models = [models]
     models = list(models)
     pred = get_predictor(device)
+    if pred.kind == "gpu-prior":
+        return predict_gpu(pred, models, batch=batch, metrics=_wanted(pred, metrics),
+                           input_shapes=input_shapes, precision=precision)
+    if precision not in (None, "fp32"):
+        raise MetricError(f"--precision {precision!r} applies to GPU-prior devices only; "
+                          f"{pred.device!r} predicts its measured precision")
     pred.model_file(model)  # an unknown model fails before any extraction
-    wanted = list(metrics) if metrics else pred.metrics
-    missing = [m for m in wanted if m not in pred.metrics]
-    if missing:
-        raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)}; "
-                          f"it predicts {', '.join(pred.metrics)}")
+    wanted = _wanted(pred, metrics)
     graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes)
               for m in models]
     if not graphs:

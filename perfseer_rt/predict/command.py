@@ -9,6 +9,8 @@ def _table(results: list[dict]) -> str:
     lines = []
     for r in results:
         lines.append(f"{r['model']}  (device {r['device']}, batch {r['batch']})")
+        if r.get("predictor"):
+            lines.append(f"  predictor: {r['predictor'].get('kind')}; {r['predictor'].get('provenance')}")
         for name, m in r["metrics"].items():
             lines.append(f"  {name:<22} {m['value']:>12.4g} {m['unit']}")
         if r["mig"]:
@@ -29,15 +31,19 @@ def _table(results: list[dict]) -> str:
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
 @click.option("--model", "model_name", default=None,
               help="Which of the device's predictors (default: the most accurate; see `perfseer-rt devices`).")
+@click.option("--precision", type=click.Choice(["fp32", "fp16-tc", "bf16-tc"]), default=None,
+              help="GPU-prior devices: fp32 (the data's, default) or fp16/bf16 scaled by the "
+                   "tensor-core peak under a stated assumption.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def predict(models, batch, inputs, device, metrics, model_name, as_json):
+def predict(models, batch, inputs, device, metrics, model_name, precision, as_json):
     """Predict the metrics of one or more ONNX MODELS on a device."""
     from perfseer_rt.cli import emit_json, parse_input_shapes
     from perfseer_rt.predict.api import predict as do_predict
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = do_predict(list(models), batch=batch, device=device, metrics=wanted,
-                         input_shapes=parse_input_shapes(inputs), model=model_name)
+                         input_shapes=parse_input_shapes(inputs), model=model_name,
+                         precision=precision)
     if as_json:
         emit_json(results)
     else:
@@ -61,7 +67,9 @@ def devices(as_json):
                                       pred.test_accuracy(x["name"]).get("within_10")}
                                  for x in m["metrics"]],
                      "models": pred.model_names, "default_model": m.get("default_model"),
-                     "mig_gpu": pred.mig_gpu,
+                     "mig_gpu": pred.mig_gpu, "kind": pred.kind,
+                     "provenance": m.get("provenance"),
+                     "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "configurations": m.get("training_data", {}).get("configurations")})
     if as_json:
         emit_json(rows)
@@ -75,6 +83,11 @@ def devices(as_json):
                              if desc.get(k))
         click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs; models "
                    f"{', '.join(r['models'])}, default {r['default_model']})")
+        if r["provenance"]:
+            click.echo(f"  provenance: {r['provenance']}")
+        if r["leave_one_gpu_out"]:
+            click.echo(f"  per-operator MAPE with this GPU held out: "
+                       f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")

@@ -56,6 +56,12 @@ class Predictor:
         return split.get(model or self.manifest.get("default_model"), {}).get(metric, {}) or {}
 
     @property
+    def kind(self) -> str:
+        """``"seernet"`` (a trained predictor, the default) or ``"gpu-prior"``
+        (:mod:`perfseer_rt.gpu`: public kernel prior + spec sheet)."""
+        return self.manifest.get("kind", "seernet")
+
+    @property
     def mig_gpu(self) -> str | None:
         """The MIG profile table (``mig.MIG_PROFILES`` key) of this GPU, if any."""
         return self.manifest.get("mig_gpu")
@@ -94,7 +100,9 @@ def get_predictor(device: str | None) -> Predictor:
     if not found:
         raise DeviceError(f"no predictors are installed (looked in {models_root()})")
     if device is None:
-        device = next((d for d in DEFAULT_DEVICES if d in found), sorted(found)[0])
+        # a prior (kind gpu-prior) is used only when named
+        measured = sorted(d for d, p in found.items() if p.kind != "gpu-prior") or sorted(found)
+        device = next((d for d in DEFAULT_DEVICES if d in measured), measured[0])
     if device not in found:
         raise DeviceError(f"unknown device {device!r}; shipped predictors: "
                           f"{', '.join(sorted(found))} (see `perfseer-rt devices`)")

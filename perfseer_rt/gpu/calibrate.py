@@ -1,0 +1,84 @@
+"""Per-device correction of the prior from (predicted, measured) pairs.
+
+Once our own GPU records exist for a device, its prior entry calibrates on
+them: ``log(measured) = alpha + beta * log(predicted)`` by least squares
+(``beta`` fixed to 1, a pure scale, below :data:`MIN_PAIRS_FOR_SLOPE`
+pairs), stored in the device manifest as ``calibration`` and applied to
+every latency the prior predicts. Pairs can be kernels or whole models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+
+#: Fewer pairs than this fit a scale only (the slope would be noise).
+MIN_PAIRS_FOR_SLOPE = 20
+
+
+@dataclass(frozen=True)
+class Correction:
+    alpha: float
+    beta: float
+    pairs: int
+    #: MAPE (%) of the prior and of the corrected prior on the fitting pairs.
+    mape_before: float
+    mape_after: float
+
+    def apply(self, predicted_ms: np.ndarray | float) -> np.ndarray:
+        p = np.maximum(np.asarray(predicted_ms, np.float64), 1e-12)
+        return np.exp(self.alpha + self.beta * np.log(p))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_correction(predicted_ms, measured_ms) -> Correction:
+    """Fit a correction from paired latencies (ms, both > 0).
+
+    Raises:
+        PerfSeerError: fewer than 3 pairs, mismatched lengths, or
+            non-positive / non-finite values.
+    """
+    p = np.asarray(predicted_ms, np.float64).ravel()
+    m = np.asarray(measured_ms, np.float64).ravel()
+    if p.shape != m.shape:
+        raise PerfSeerError(f"calibration: {p.size} predictions but {m.size} measurements")
+    if p.size < 3:
+        raise PerfSeerError(f"calibration needs at least 3 (predicted, measured) pairs, got {p.size}")
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(m)) and (p > 0).all() and (m > 0).all()):
+        raise PerfSeerError("calibration: latencies must be finite and > 0")
+    lp, lm = np.log(p), np.log(m)
+    if p.size >= MIN_PAIRS_FOR_SLOPE and lp.std() > 1e-9:
+        beta, alpha = np.polyfit(lp, lm, 1)
+    else:
+        beta, alpha = 1.0, float(np.mean(lm - lp))
+    corr = Correction(float(alpha), float(beta), int(p.size), mape(p, m), 0.0)
+    return Correction(corr.alpha, corr.beta, corr.pairs, corr.mape_before,
+                      mape(corr.apply(p), m))
+
+
+def write_calibration(manifest_path: str | os.PathLike, correction: Correction,
+                      source: str) -> None:
+    """Store ``correction`` in a gpu-prior device manifest (atomically);
+    ``source`` says which records it was fitted on."""
+    path = Path(manifest_path)
+    doc = json.loads(path.read_text())
+    if doc.get("kind") != "gpu-prior":
+        raise PerfSeerError(f"{path}: not a gpu-prior device entry")
+    doc["calibration"] = correction.to_dict()
+    doc["calibration_source"] = source
+    atomic_write_bytes(path, json.dumps(doc, indent=1).encode())
+
+
+def mape(pred, meas) -> float:
+    """Mean absolute percentage error, %."""
+    pred, meas = np.asarray(pred, np.float64), np.asarray(meas, np.float64)
+    return float(np.mean(np.abs(pred - meas) / meas) * 100.0)

@@ -1,0 +1,127 @@
+"""PerfGraph nodes -> GPU kernels of the prior's families.
+
+=============================================  ===============================
+ONNX node                                      kernel
+=============================================  ===============================
+MatMul / Gemm with a constant operand          ``linear`` (rows = all leading dims)
+MatMul with two data inputs                    ``bmm`` (batch = leading dims)
+Conv, groups = 1                               ``conv`` (implicit GEMM view)
+LayerNormalization (+ Skip/Simplified)         ``ln``
+Softmax / LogSoftmax                           ``softmax``
+element-wise ops (``ops.ELEMENTWISE_FLOPS``)   ``elem``
+views (Reshape, Flatten, Squeeze, Unsqueeze,   no kernel, 0 ms
+Identity, Dropout)
+everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
+/ depthwise Conv, Transpose, Concat, ...)      achieved element-wise bandwidth
+=============================================  ===============================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfseer_rt.graph.ops import ELEMENTWISE_FLOPS
+from perfseer_rt.graph.perfgraph import PerfGraph
+
+#: Ops that onnxruntime runs as views of their input: no kernel.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+LN_OPS = frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                    "SkipSimplifiedLayerNormalization"})
+SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
+#: Element-wise ops with a transcendental per element (NeuSight's gelu/tanh/pow rows).
+TRANSCENDENTAL = frozenset({"Pow", "Exp", "Log", "Erf", "Sqrt", "Sigmoid", "Tanh", "Gelu",
+                            "FastGelu", "BiasGelu", "QuickGelu", "Mish", "Softplus", "Elu",
+                            "Selu", "Celu", "HardSwish", "Sin", "Cos"})
+BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
+                    "Equal", "Greater", "Less", "And", "Or", "PRelu"})
+
+
+@dataclass
+class Kernels:
+    """The kernels of one graph, grouped by family (plus ``memory`` and views).
+
+    ``shapes[family]`` holds the family's shape arrays (as
+    :mod:`perfseer_rt.gpu.features` expects); ``nodes[family]`` the PerfGraph
+    node index of each kernel.
+    """
+
+    shapes: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    nodes: dict[str, np.ndarray] = field(default_factory=dict)
+    views: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """Kernel launches (views excluded)."""
+        return int(sum(len(v) for v in self.nodes.values()))
+
+
+def _out_shapes(graph: PerfGraph) -> dict[int, tuple[int, ...]]:
+    """Full output shape of every node that feeds another node."""
+    out: dict[int, tuple[int, ...]] = {}
+    if graph.edge_shapes:
+        for j, shape in enumerate(graph.edge_shapes):
+            out.setdefault(int(graph.edge_index[0, j]), tuple(shape))
+    return out
+
+
+def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
+    """Map every node of ``graph`` to a kernel (see the module table).
+
+    ``itemsize_scale`` multiplies every byte count (0.5: the fp16 assumption
+    applied to an fp32 model).
+    """
+    col = graph.node_column
+    flops, mac = col("flops"), col("mac") * itemsize_scale
+    weight, cin, cout = col("weight"), col("in_channels"), col("out_channels")
+    out_elems, n_in = col("out_elems"), col("num_inputs")
+    kh, kw, groups = col("kernel_h"), col("kernel_w"), col("groups")
+    shapes = _out_shapes(graph)
+    rows: dict[str, list[dict]] = {}
+    idx: dict[str, list[int]] = {}
+    k = Kernels()
+    odd_conv = set()
+
+    def add(family, i, **shape):
+        rows.setdefault(family, []).append(shape)
+        idx.setdefault(family, []).append(i)
+
+    for i, op in enumerate(graph.node_ops):
+        f, b = float(flops[i]), float(mac[i])
+        shape = shapes.get(i)
+        if op in VIEW_OPS:
+            k.views.append(i)
+        elif op in ("MatMul", "Gemm") and cout[i] > 0 and cin[i] > 0 and f > 0:
+            n, kk = float(cout[i]), float(cin[i])
+            if weight[i] > 0 or op == "Gemm":
+                add("linear", i, batch=1.0, m=max(out_elems[i] / n, 1.0), n=n, k=kk, flops=f, bytes=b)
+            else:
+                bat = float(np.prod(shape[:-2])) if shape and len(shape) > 2 else 1.0
+                m = max(out_elems[i] / n / bat, 1.0)
+                add("bmm", i, batch=bat, m=m, n=n, k=kk, flops=f, bytes=b)
+        elif op == "Conv" and groups[i] <= 1 and cout[i] > 0 and f > 0:
+            kk = float(cin[i] * max(kh[i], 1) * max(kw[i], 1))
+            if (kh[i], kw[i], col("stride_h")[i]) != (3, 3, 1):
+                odd_conv.add(f"{int(kh[i])}x{int(kw[i])}/s{int(col('stride_h')[i])}")
+            add("conv", i, batch=1.0, m=max(out_elems[i] / cout[i], 1.0), n=float(cout[i]),
+                k=kk, flops=f, bytes=b)
+        elif op in LN_OPS or op in SOFTMAX_OPS:
+            last = float(shape[-1]) if shape else float(max(cin[i], 1))
+            add("ln" if op in LN_OPS else "softmax", i, rows=max(out_elems[i] / last, 1.0),
+                cols=last, flops=f, bytes=b, binary=0.0, transcendental=0.0)
+        elif op in ELEMENTWISE_FLOPS:
+            last = float(shape[-1]) if shape else float(max(out_elems[i], 1))
+            add("elem", i, rows=max(out_elems[i] / last, 1.0), cols=last, flops=f, bytes=b,
+                binary=float(op in BINARY and n_in[i] >= 2),
+                transcendental=float(op in TRANSCENDENTAL))
+        else:
+            add("memory", i, flops=f, bytes=b)
+    for fam, lst in rows.items():
+        k.shapes[fam] = {key: np.array([r[key] for r in lst], np.float64) for key in lst[0]}
+        k.nodes[fam] = np.array(idx[fam], np.int64)
+    if odd_conv:
+        k.notes.append("conv kernels outside NeuSight's measured 3x3 stride-1 set ("
+                       + ", ".join(sorted(odd_conv)) + "): extrapolated in the implicit-GEMM view")
+    return k

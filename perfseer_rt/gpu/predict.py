@@ -1,0 +1,143 @@
+"""Whole-model GPU inference predictions from the prior (device entries of
+``"kind": "gpu-prior"``; dispatched to from :func:`perfseer_rt.predict`).
+
+Latency: every PerfGraph node becomes a kernel (:mod:`perfseer_rt.gpu.kernels`),
+priced by the prior on the device's spec sheet (:mod:`perfseer_rt.gpu.prior`)
+plus the entry's per-kernel launch overhead, summed in schedule order (one
+stream, no overlap). Memory: :mod:`perfseer_rt.gpu.memory`. MIG:
+:mod:`perfseer_rt.gpu.mig_advice`. A ``calibration`` block in the manifest
+(:mod:`perfseer_rt.gpu.calibrate`) corrects the latency once our own records
+for the device exist.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.gpu import features as F
+from perfseer_rt.gpu import memory, mig_advice
+from perfseer_rt.gpu.calibrate import Correction
+from perfseer_rt.gpu.kernels import Kernels, map_graph
+from perfseer_rt.gpu.prior import PROVENANCE, Prior, load_prior
+from perfseer_rt.gpu.specs import GpuSpec
+from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.graph.load import load_model
+from perfseer_rt.predict.mig import margin_for
+
+KIND = "gpu-prior"
+#: ``precision`` values: fp32 (the data's), or fp16/bf16 under the tensor-core assumption.
+PRECISIONS = ("fp32", "fp16-tc", "bf16-tc")
+TC_ASSUMPTION = ("ASSUMPTION (not in the data): matmul/conv kernels reach the same fraction "
+                 "of the tensor-core roofline (spec-sheet dense fp16/bf16 peak) as the fp32 "
+                 "kernels reach of the fp32 roofline, and every tensor moves 2 bytes per element")
+FP32_NOTE = ("fp16/bf16 kernels are not in the prior's data (NeuSight, fp32 only): this is an "
+             "fp32 prediction; --precision fp16-tc/bf16-tc scales by the tensor-core peak under "
+             "a stated assumption")
+
+
+class GpuPriorDevice:
+    """One gpu-prior device entry: spec sheet, prior, overheads, calibration."""
+
+    def __init__(self, name: str, folder: Path, manifest: dict):
+        self.name, self.manifest = name, manifest
+        self.spec = GpuSpec.from_config(manifest["spec"])
+        self.prior: Prior = load_prior(str((folder / manifest["prior"]).resolve()))
+        self.launch_ms = float(manifest["kernel_launch_ms"])
+        cal = manifest.get("calibration")
+        self.correction = Correction(**cal) if cal else None
+        self.calibration_source = manifest.get("calibration_source")
+
+    def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict]:
+        """Total ms and ms per family of ``kernels`` on ``spec``."""
+        parts = {}
+        for fam, shape in kernels.shapes.items():
+            s = spec
+            if tc and fam in F.GEMM_FAMILIES:
+                s = replace(spec, fp32_gflops=spec.tc16_gflops)
+            arr = F.spec_arrays(s, len(kernels.nodes[fam]))
+            parts[fam] = float(self.prior.kernel_ms(fam, shape, arr, self.launch_ms).sum())
+        total = sum(parts.values())
+        if self.correction is not None:
+            total = float(self.correction.apply(total))
+        return total, parts
+
+
+def _model_proto(source):
+    if isinstance(source, PerfGraph):
+        return None
+    return load_model(source)[0]
+
+
+def predict_gpu(pred, models: list, batch=None, metrics=None, input_shapes=None,
+                precision: str | None = None) -> list[dict]:
+    """Predictions for a ``gpu-prior`` device entry (``pred``: a registry
+    Predictor). See :func:`perfseer_rt.predict.api.predict` for arguments."""
+    precision = precision or "fp32"
+    if precision not in PRECISIONS:
+        raise PerfSeerError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    dev = GpuPriorDevice(pred.device, pred.folder, pred.manifest)
+    tc = precision != "fp32"
+    if tc and not dev.spec.tc16_gflops:
+        raise PerfSeerError(f"device {pred.device!r} has no tensor-core fp16/bf16 peak on its "
+                            "spec sheet; only --precision fp32 is available")
+    names = [m["name"] for m in pred.manifest["metrics"]]
+    wanted = list(metrics) if metrics else names
+    results = []
+    for source in models:
+        graph = source if isinstance(source, PerfGraph) else extract(
+            source, batch=batch, input_shapes=input_shapes)
+        proto = _model_proto(source)
+        itemsize = float(np.median(graph.edge_column("dtype_bytes"))) if graph.num_edges else 4.0
+        scale = 0.5 if tc and itemsize >= 4 else 1.0
+        kernels = map_graph(graph, itemsize_scale=scale)
+        lat, parts = dev.latency_ms(kernels, dev.spec, tc)
+        mem, mem_parts, exact = memory.estimate(graph, proto, pred.manifest["memory_overhead"], scale)
+        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + kernels.notes
+        if not tc and itemsize < 4:
+            warnings.append(f"the model's tensors are {itemsize:g}-byte: fp16 kernels are priced "
+                            "as fp32 ones on the fp32 peak (no tensor cores) unless --precision is given")
+        if not exact:
+            warnings.append("weights from the PerfGraph: a shared initializer counts once per use")
+        if graph.unknown_ops:
+            warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
+        logo = pred.manifest.get("accuracy", {}).get("leave_one_gpu_out", {})
+        lat_meaning = (f"whole-model inference latency, one stream: the sum over {kernels.count} "
+                       f"kernels of the prior's per-kernel latency plus {dev.launch_ms * 1e3:g} us "
+                       "launch overhead each (views free); onnxruntime CUDA EP assumed. The prior "
+                       "was checked per operator only (leave-one-GPU-out MAPE "
+                       + (f"{logo['mape']:.1f} % on this GPU" if logo.get("mape") is not None
+                          else "not available for this GPU, which has no measured rows")
+                       + "); no whole-model GPU labels validate the sum"
+                       + ("; calibrated on our records" if dev.correction else ""))
+        metric_values = {
+            "latency_ms": {"value": round(lat, 4), "unit": "ms", "interval": None,
+                           "coverage": None, "meaning": lat_meaning,
+                           "parts": {k: round(v, 4) for k, v in parts.items()}},
+            "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
+                            "meaning": "estimated peak GPU memory of the process (as nvidia-smi "
+                                       "shows it): weights (exact" + ("" if exact else ", upper bound")
+                                       + ") + largest live activation set + allocator rounding + "
+                                       "workspace + CUDA context (assumed figures, not measured by us)",
+                            "parts": mem_parts}}
+        result = {
+            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
+            "device": pred.device, "batch": int(graph.globals["batch_size"]), "mode": "inference",
+            "precision": precision,
+            "predictor": {"device": pred.device, "kind": KIND, "model": "roofline-fraction-mlp",
+                          "version": pred.manifest.get("version", ""),
+                          "provenance": pred.manifest.get("provenance", PROVENANCE),
+                          "description": f"{dev.spec.name}: spec sheet + NeuSight kernel prior"
+                                         + (", calibrated" if dev.correction else "")},
+            "metrics": {m: metric_values[m] for m in wanted},
+            "mig": None, "warnings": warnings}
+        if pred.manifest.get("mig_gpu"):
+            result["mig"] = mig_advice.advise(
+                pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),
+                lambda s: dev.latency_ms(kernels, s, tc)[0])
+        results.append(result)
+    return results
