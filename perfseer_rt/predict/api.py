@@ -16,7 +16,7 @@ import numpy as np
 
 from perfseer_rt.errors import MetricError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import mig
+from perfseer_rt.predict import explain, mig
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 
@@ -148,5 +148,5 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
-        results.append(result)
+        results.append(explain.annotate(result, pred, model))
     return results
