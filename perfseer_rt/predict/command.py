@@ -195,3 +195,90 @@ def devices(as_json):
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")
+
+
+def _judged(c: dict) -> str:
+    how = "interval upper end" if c.get("interval") else "predicted value"
+    return (f"{c['metric']} {_fmt(c['judged'])} {c.get('unit') or ''} ({how}) "
+            f"{'<=' if c['ok'] else '>'} limit {_fmt(c['limit'])}")
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_device_opt
+@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
+@click.option("--max-memory-mb", type=float, default=None,
+              help="Memory budget, MiB (over the process baseline, as predicted).")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
+@_input_opt
+@_model_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def check(model, device, max_latency_ms, max_memory_mb, batch, inputs, model_name, as_json):
+    """Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input.
+
+    A prediction with an interval is judged by its upper end."""
+    from perfseer_rt.cli import emit_json, parse_input_shapes
+    from perfseer_rt.predict.budget import check as do_check
+
+    verdict = do_check(model, device, max_latency_ms=max_latency_ms,
+                       max_memory_mb=max_memory_mb, batch=batch,
+                       input_shapes=parse_input_shapes(inputs), predictor_model=model_name)
+    if as_json:
+        emit_json(verdict)
+    else:
+        p = verdict["prediction"]
+        click.echo(f"{'PASS' if verdict['ok'] else 'FAIL'}  {p['model']} batch {p['batch']} "
+                   f"on {p['device']}")
+        for c in verdict["checks"]:
+            click.echo(f"  {_judged(c)}")
+        for w in p.get("warnings") or []:
+            click.echo(f"  warning: {w}")
+    sys.exit(0 if verdict["ok"] else 1)
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_device_opt
+@click.option("--max-memory-mb", type=float, required=True,
+              help="Memory budget, MiB (over the process baseline, as predicted).")
+@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
+@click.option("--dim", default=None, metavar="NAME",
+              help="Search this named input dim (e.g. seq) instead of the batch.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Batch size while searching --dim (default 1).")
+@click.option("--max-value", type=click.IntRange(min=1), default=1 << 16, show_default=True,
+              help="Largest value to try.")
+@_model_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+def fit(model, device, max_memory_mb, max_latency_ms, dim, batch, max_value, model_name,
+        as_json):
+    """The largest batch (or --dim value) of MODEL within budget on a device.
+
+    Judged by the upper end of each prediction's interval when there is one.
+    Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
+    from perfseer_rt.cli import emit_json
+    from perfseer_rt.predict.budget import fit as do_fit
+    from perfseer_rt.predict.budget import judge
+
+    ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
+                 dim=dim, batch=batch, predictor_model=model_name, max_value=max_value)
+    if as_json:
+        emit_json(ans)
+    else:
+        p = ans["prediction"]
+        if ans["value"] is None:
+            click.echo(f"nothing fits: {ans['dim']} 1 of {p['model']} on {p['device']} "
+                       "breaks the budget")
+        else:
+            click.echo(f"{ans['dim']} {ans['value']}: the largest that fits "
+                       f"({p['model']} on {p['device']})")
+        for c in ans["checks"]:
+            click.echo(f"  {_judged(c)}")
+        if ans["next"] is not None and ans["value"] is not None:
+            nxt = ans["next"]
+            broke = [c for c in judge(nxt, ans["limits"]) if not c["ok"]]
+            click.echo(f"  {ans['dim']} {ans['value'] + 1} would not: "
+                       + "; ".join(_judged(c) for c in broke))
+        if p.get("mig"):
+            click.echo(f"  MIG on {p['mig']['gpu']}: smallest slice {p['mig'].get('profile')}")
+    sys.exit(0 if ans["value"] is not None else 1)
