@@ -151,3 +151,58 @@ def test_one_gigabyte_upload_is_refused_early(server):
     assert resp.status_code == 413
     # the server is still fine
     assert httpx.get(server["url"] + "/healthz").status_code == 200
+
+
+def start(args, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "perfseer_rt.cli", "serve", "--port",
+                             str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return proc, url, log
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_request_time_limit_is_504(tmp_path):
+    proc, url, log = start(["--timeout-s", "0.001"], tmp_path)
+    try:
+        resp = httpx.post(url + "/predict", content=EXAMPLE.read_bytes(), timeout=60)
+        assert resp.status_code == 504 and "longer than 0.001 s" in resp.json()["error"]
+        resp = httpx.post(url + "/predict", params={"path": "x.onnx"})
+        assert resp.status_code == 403 and "--model-dir" in resp.json()["error"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_concurrency_limit_is_503(monkeypatch):
+    """Mechanism, in process: with one slot, requests overlapping a slow
+    prediction are answered 503 at once."""
+    import asyncio
+
+    from perfseer_rt.serve import app as app_mod
+
+    def slow(*args):
+        time.sleep(1.0)
+        return []
+
+    monkeypatch.setattr(app_mod, "_predict", slow)
+    app = app_mod.create_app(app_mod.Settings(max_concurrency=1))
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await asyncio.gather(*[client.post("/predict", content=b"x")
+                                          for _ in range(4)])
+
+    statuses = sorted(r.status_code for r in asyncio.run(main()))
+    assert statuses == [200, 503, 503, 503]
