@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "gpu"))
 from sync_pyproject import gpu_pyproject  # noqa: E402
 
-pytestmark = pytest.mark.slow  # two pip metadata builds, ~15 s
+SLOW = pytest.mark.slow  # two pip metadata builds, ~15 s
 
 ORT = {"onnxruntime", "onnxruntime-gpu"}
 
@@ -95,6 +95,7 @@ def metas(tree):
     return {"cpu": built_metadata(tree), "gpu": built_metadata(tree / "gpu")}
 
 
+@SLOW
 @pytest.mark.parametrize("extra", ["", "serve", "networkx", "symbolic"])
 def test_each_distribution_resolves_one_onnxruntime(metas, extra):
     cpu, gpu = metas["cpu"], metas["gpu"]
@@ -107,7 +108,24 @@ def test_each_distribution_resolves_one_onnxruntime(metas, extra):
         assert {"fastapi", "uvicorn"} <= resolve(cpu["requires"], extra)
 
 
+@SLOW
 def test_base_install_is_lean(metas):
     """The plain install carries no torch, sympy, networkx or web stack."""
     base = resolve(metas["cpu"]["requires"])
     assert base == {"onnx", "onnxruntime", "numpy", "click", "tqdm", "nvidia-ml-py"}
+
+
+def test_mixed_onnxruntime_flavours_are_named(monkeypatch):
+    """Both builds in one environment (or none): one line naming the fix."""
+    from perfseer_rt import install
+    from perfseer_rt.errors import PerfSeerError
+
+    assert install.check_onnxruntime() in install.FLAVOURS  # this environment is sound
+    real = metadata.version
+
+    def both(name):
+        return "1.0" if name in install.FLAVOURS else real(name)
+
+    monkeypatch.setattr(install.metadata, "version", both)
+    with pytest.raises(PerfSeerError, match="both onnxruntime and onnxruntime-gpu"):
+        install.check_onnxruntime()

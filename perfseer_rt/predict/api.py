@@ -32,7 +32,10 @@ CHUNK_NODES = 2048
 
 @lru_cache(maxsize=8)
 def _session(path: str):
+    from perfseer_rt.install import check_onnxruntime
     from perfseer_rt.profile.session import build_session
+
+    check_onnxruntime()
 
     return build_session(path, "cpu", threads=1).session
 
