@@ -80,7 +80,7 @@ def render_table(results: list[dict]) -> str:
         if p.get("description"):
             lines.append(f"device     {p['description']}")
         if p.get("provenance"):
-            lines.append(f"trained    {p['provenance']}")
+            lines.append(f"source     {p['provenance']}")
         if rows[0].get("mode"):
             lines.append(f"mode       {rows[0]['mode']}")
         metrics = list(dict.fromkeys(k for r in rows for k in r.get("metrics", {})))
