@@ -1,13 +1,17 @@
 """perfseer-rt: predict how an ONNX model performs before it runs.
 
 The public API is small: :func:`extract` turns an ONNX model into a
-:class:`PerfGraph`; predictors and the profiler live in their own
-subpackages. Nothing here imports torch.
+:class:`PerfGraph`; :func:`perfseer_rt.predict.predict` predicts its metrics,
+:func:`check` answers "does it meet this budget?" and :func:`fit` "what is
+the largest batch that fits?". The profiler lives in
+:mod:`perfseer_rt.profile`. Nothing here imports torch (nor onnxruntime until
+a prediction runs).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt import predict
 from perfseer_rt.graph import PerfGraph, extract
 
 try:
@@ -15,4 +19,4 @@ try:
 except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0"
 
-__all__ = ["PerfGraph", "PerfSeerError", "extract", "__version__"]
+__all__ = ["PerfGraph", "PerfSeerError", "extract", "predict", "__version__"]

@@ -67,7 +67,7 @@ def test_predict_contract(shipped, tmp_path):
     [r] = api.predict(p, batch=4)
     assert r["device"] == "testgpu" and r["batch"] == 4 and r["model"] == str(p)
     assert set(r["metrics"]) == set(METRICS)
-    assert r["metrics"]["latency_ms"]["unit"] == "ms" and r["metrics"]["peak_mem_mb"]["unit"] == "MB"
+    assert r["metrics"]["latency_ms"]["unit"] == "ms" and r["metrics"]["peak_mem_mb"]["unit"] == "MiB"  # the manifest says "MB"; the profiler measures MiB
     assert all(np.isfinite(m["value"]) and m["value"] > 0 for m in r["metrics"].values())
     assert r["warnings"] == []
     # MIG: margin = 2 x the manifest's memory MAPE (7.5 %) = 15 %
@@ -129,7 +129,7 @@ def test_cli_predict_and_devices(shipped):
     doc = json.loads(res.stdout)
     assert len(doc) == 2 and doc[0]["mig"]["gpu"] == "h100-80gb"
     res = runner.invoke(main, ["predict", "examples/resnet18.onnx"])
-    assert res.exit_code == 0 and "latency_ms" in res.stdout and "MIG (h100-80gb)" in res.stdout
+    assert res.exit_code == 0 and "latency_ms" in res.stdout and "MIG profile on h100-80gb" in res.stdout
     res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--device", "nope"])
     assert res.exit_code == 2 and "unknown device 'nope'" in res.stderr
     res = runner.invoke(main, ["predict", "examples/resnet18.onnx", "--metrics", "sm_util_pct"])

@@ -17,7 +17,7 @@ import numpy as np
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import mig
+from perfseer_rt.predict import explain, mig
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 
@@ -33,7 +33,10 @@ CHUNK_NODES = 2048
 
 @lru_cache(maxsize=8)
 def _session(path: str):
+    from perfseer_rt.install import check_onnxruntime
     from perfseer_rt.profile.session import build_session
+
+    check_onnxruntime()
 
     return build_session(path, "cpu", threads=1).session
 
@@ -163,5 +166,5 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
-        results.append(result)
+        results.append(explain.annotate(result, pred, model))
     return results

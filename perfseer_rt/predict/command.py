@@ -1,53 +1,184 @@
-"""``perfseer-rt predict`` and ``perfseer-rt devices``."""
+"""``perfseer-rt predict``, ``devices``, ``check`` and ``fit``.
+
+The human table and the ``--json`` list render the same result dicts (the
+shared contract of :func:`perfseer_rt.predict.predict`); optional keys may be
+missing and are then left out of the table.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import click
 
+from perfseer_rt.errors import ModelLoadError, PerfSeerError
 
-def _table(results: list[dict]) -> str:
-    lines = []
+#: More (model, batch) jobs than this show a progress bar on stderr.
+PROGRESS_MIN_JOBS = 8
+
+
+def expand_models(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """Files as given; a folder becomes its ``*.onnx`` files (recursively, sorted)."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(f) for f in Path(p).rglob("*.onnx") if f.is_file())
+            if not found:
+                raise ModelLoadError(f"folder {p!r} holds no .onnx files")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def parse_batches(text: str | None) -> list[int | None]:
+    """``"1,8,32"`` -> ``[1, 8, 32]``; None -> ``[None]`` (the model's own batch)."""
+    if text is None:
+        return [None]
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+        if not values or any(v < 1 for v in values):
+            raise ValueError
+    except ValueError:
+        raise PerfSeerError(f"--batch {text!r}: expected positive integers separated by "
+                            "commas, e.g. --batch 1,8,32") from None
+    return list(dict.fromkeys(values))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e5 else f"{x:,.0f}"
+
+
+def metric_cell(m: dict) -> str:
+    """``value`` or ``value [lo, hi]`` (the interval when there is one)."""
+    cell = _fmt(m["value"])
+    iv = m.get("interval")
+    if iv:
+        cov = m.get("coverage")
+        cell += f" [{_fmt(iv[0])}, {_fmt(iv[1])}]" + (f" {100 * cov:.0f}%" if cov else "")
+    return cell
+
+
+def render_table(results: list[dict]) -> str:
+    """A human-readable table: one header per predictor, one row per model x batch,
+    then what each column means."""
+    if not results:
+        return "no models"
+    lines: list[str] = []
+    groups: dict[tuple, list[dict]] = {}
     for r in results:
-        lines.append(f"{r['model']}  (device {r['device']}, batch {r['batch']})")
-        if r.get("predictor"):
-            lines.append(f"  predictor: {r['predictor'].get('kind')}; {r['predictor'].get('provenance')}")
-        for name, m in r["metrics"].items():
-            lines.append(f"  {name:<22} {m['value']:>12.4g} {m['unit']}")
-        if r["mig"]:
-            mig = r["mig"]
-            lines.append(f"  MIG ({mig['gpu']}): {mig['profile'] or 'none fits'} "
-                         f"(needs {mig['required_mb']:.0f} MB incl. {100 * mig['margin']:.0f} % margin)")
-        for w in r["warnings"]:
-            lines.append(f"  warning: {w}")
-    return "\n".join(lines)
+        p = r.get("predictor") or {"device": r.get("device")}
+        groups.setdefault((p.get("device"), p.get("model")), []).append(r)
+    for rows in groups.values():
+        p = rows[0].get("predictor") or {"device": rows[0].get("device")}
+        head = f"predictor  {p.get('device')}"
+        if p.get("model"):
+            head += f" / {p['model']} ({p.get('kind', '?')}, version {p.get('version', '?')})"
+        lines.append(head)
+        if p.get("description"):
+            lines.append(f"device     {p['description']}")
+        if p.get("provenance"):
+            lines.append(f"source     {p['provenance']}")
+        if rows[0].get("mode"):
+            lines.append(f"mode       {rows[0]['mode']}")
+        metrics = list(dict.fromkeys(k for r in rows for k in r.get("metrics", {})))
+        units = {k: r["metrics"][k].get("unit", "") for r in rows for k in r.get("metrics", {})}
+        header = ["model", "batch"] + [f"{k} [{units[k]}]" for k in metrics]
+        gpus = sorted({r["mig"]["gpu"] for r in rows if r.get("mig") and r["mig"].get("gpu")})
+        if any(r.get("mig") for r in rows):
+            header.append(f"MIG profile on {', '.join(gpus) or 'GPU'}")
+        table = [header]
+        for r in rows:
+            row = [str(r.get("model")), str(r.get("batch"))]
+            row += [metric_cell(r["metrics"][k]) if k in r.get("metrics", {}) else "-"
+                    for k in metrics]
+            if any(x.get("mig") for x in rows):
+                mig = r.get("mig") or {}
+                row.append(f"{mig.get('profile') or 'none fits'} (needs "
+                           f"{mig.get('required_mb', 0):.0f} MiB incl. "
+                           f"{100 * mig.get('margin', 0):.0f} % margin)" if mig else "-")
+            table.append(row)
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        lines.append("")
+        for row in table:
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        lines.append("")
+        for k in metrics:
+            meaning = next((r["metrics"][k].get("meaning") for r in rows
+                            if r["metrics"].get(k, {}).get("meaning")), None)
+            if meaning:
+                lines.append(f"{k}: {meaning}")
+        if any(r["metrics"][k].get("interval") for r in rows for k in r.get("metrics", {})):
+            lines.append("[lo, hi]: the prediction interval (with its coverage when known)")
+        for r in rows:
+            for w in r.get("warnings") or []:
+                lines.append(f"warning: {r.get('model')} batch {r.get('batch')}: {w}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def predict_many(models: list[str], batches: list[int | None], *, device=None, metrics=None,
+                 input_shapes=None, model_name=None, precision=None,
+                 progress: bool | None = None) -> list[dict]:
+    """Predict every model at every batch size: extraction per (model, batch)
+    with a progress bar on stderr when there are many, then one batched
+    prediction. Results are in model-major order."""
+    from tqdm import tqdm
+
+    from perfseer_rt.graph.extract import extract
+    from perfseer_rt.predict.api import predict
+    from perfseer_rt.predict.registry import get_predictor
+
+    get_predictor(device)  # an unknown device fails before any extraction
+    jobs = [(m, b) for m in models for b in batches]
+    show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
+        else progress
+    graphs = [extract(m, batch=b, input_shapes=input_shapes)
+              for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
+                               file=sys.stderr)]
+    results = predict(graphs, device=device, metrics=metrics, model=model_name,
+                      precision=precision)
+    for r, (m, _) in zip(results, jobs):
+        r["model"] = m
+    return results
+
+
+_device_opt = click.option("--device", default=None,
+                           help="Predictor device (see `perfseer-rt devices`).")
+_model_opt = click.option("--model", "model_name", default=None,
+                          help="Which of the device's predictors (default: the most accurate).")
+_input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
+                          help="Shape of one graph input (repeatable).")
 
 
 @click.command()
-@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
-@click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
-              help="Shape of one graph input (repeatable).")
-@click.option("--device", default=None, help="Predictor device (see `perfseer-rt devices`).")
+@click.argument("models", nargs=-1, required=True, type=click.Path(exists=False))
+@click.option("--batch", "batch", default=None, metavar="N[,N...]",
+              help="Batch size(s), e.g. 8 or 1,8,32 (default: the model's own, else 1).")
+@_input_opt
+@_device_opt
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
-@click.option("--model", "model_name", default=None,
-              help="Which of the device's predictors (default: the most accurate; see `perfseer-rt devices`).")
+@_model_opt
 @click.option("--precision", type=click.Choice(["fp32", "fp16-tc", "bf16-tc"]), default=None,
               help="GPU-prior devices: fp32 (the data's, default) or fp16/bf16 scaled by the "
                    "tensor-core peak under a stated assumption.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
+              "model and batch) instead of the table.")
 def predict(models, batch, inputs, device, metrics, model_name, precision, as_json):
-    """Predict the metrics of one or more ONNX MODELS on a device."""
+    """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
     from perfseer_rt.cli import emit_json, parse_input_shapes
-    from perfseer_rt.predict.api import predict as do_predict
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
-    results = do_predict(list(models), batch=batch, device=device, metrics=wanted,
-                         input_shapes=parse_input_shapes(inputs), model=model_name,
-                         precision=precision)
+    results = predict_many(expand_models(models), parse_batches(batch), device=device,
+                           metrics=wanted, input_shapes=parse_input_shapes(inputs),
+                           model_name=model_name, precision=precision)
     if as_json:
         emit_json(results)
     else:
-        click.echo(_table(results))
+        click.echo(render_table(results))
 
 
 @click.command()
@@ -55,39 +186,109 @@ def predict(models, batch, inputs, device, metrics, model_name, precision, as_js
 def devices(as_json):
     """List the shipped predictors with their test accuracy."""
     from perfseer_rt.cli import emit_json
-    from perfseer_rt.predict.registry import predictors
+    from perfseer_rt.predict.explain import device_rows
 
-    rows = []
-    for name, pred in sorted(predictors().items()):
-        m = pred.manifest
-        rows.append({"device": name, "description": m["device"].get("description"),
-                     "metrics": [{"name": x["name"], "unit": x["unit"],
-                                  "test_mape_pct": pred.test_accuracy(x["name"]).get("mape"),
-                                  "test_within_10_pct":
-                                      pred.test_accuracy(x["name"]).get("within_10")}
-                                 for x in m["metrics"]],
-                     "models": pred.model_names, "default_model": m.get("default_model"),
-                     "mig_gpu": pred.mig_gpu, "kind": pred.kind,
-                     "provenance": m.get("provenance"),
-                     "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
-                     "configurations": m.get("training_data", {}).get("configurations")})
+    rows = device_rows()
     if as_json:
         emit_json(rows)
         return
     if not rows:
         click.echo("no predictors installed")
     for r in rows:
-        desc = r["description"]
-        if isinstance(desc, dict):  # an environment block: name the hardware and runtime
-            desc = ", ".join(str(desc[k]) for k in ("gpu_name", "cpu_model", "onnxruntime_version")
-                             if desc.get(k))
-        click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs; models "
-                   f"{', '.join(r['models'])}, default {r['default_model']})")
-        if r["provenance"]:
-            click.echo(f"  provenance: {r['provenance']}")
-        if r["leave_one_gpu_out"]:
+        click.echo(f"{r['device']}: {r['description']}  ({r['configurations']} training "
+                   f"configs; models {', '.join(r['models'])}, default {r['default_model']})")
+        if r.get("kind") == "gpu-prior":
+            click.echo(f"  provenance: {r['predictor']['provenance']}")
+        if r.get("leave_one_gpu_out"):
             click.echo(f"  per-operator MAPE with this GPU held out: "
                        f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")
+
+
+def _judged(c: dict) -> str:
+    how = "interval upper end" if c.get("interval") else "predicted value"
+    return (f"{c['metric']} {_fmt(c['judged'])} {c.get('unit') or ''} ({how}) "
+            f"{'<=' if c['ok'] else '>'} limit {_fmt(c['limit'])}")
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_device_opt
+@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
+@click.option("--max-memory-mb", type=float, default=None,
+              help="Memory budget, MiB (over the process baseline, as predicted).")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
+@_input_opt
+@_model_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def check(model, device, max_latency_ms, max_memory_mb, batch, inputs, model_name, as_json):
+    """Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input.
+
+    A prediction with an interval is judged by its upper end."""
+    from perfseer_rt.cli import emit_json, parse_input_shapes
+    from perfseer_rt.predict.budget import check as do_check
+
+    verdict = do_check(model, device, max_latency_ms=max_latency_ms,
+                       max_memory_mb=max_memory_mb, batch=batch,
+                       input_shapes=parse_input_shapes(inputs), predictor_model=model_name)
+    if as_json:
+        emit_json(verdict)
+    else:
+        p = verdict["prediction"]
+        click.echo(f"{'PASS' if verdict['ok'] else 'FAIL'}  {p['model']} batch {p['batch']} "
+                   f"on {p['device']}")
+        for c in verdict["checks"]:
+            click.echo(f"  {_judged(c)}")
+        for w in p.get("warnings") or []:
+            click.echo(f"  warning: {w}")
+    sys.exit(0 if verdict["ok"] else 1)
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_device_opt
+@click.option("--max-memory-mb", type=float, required=True,
+              help="Memory budget, MiB (over the process baseline, as predicted).")
+@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
+@click.option("--dim", default=None, metavar="NAME",
+              help="Search this named input dim (e.g. seq) instead of the batch.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Batch size while searching --dim (default 1).")
+@click.option("--max-value", type=click.IntRange(min=1), default=1 << 16, show_default=True,
+              help="Largest value to try.")
+@_model_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+def fit(model, device, max_memory_mb, max_latency_ms, dim, batch, max_value, model_name,
+        as_json):
+    """The largest batch (or --dim value) of MODEL within budget on a device.
+
+    Judged by the upper end of each prediction's interval when there is one.
+    Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
+    from perfseer_rt.cli import emit_json
+    from perfseer_rt.predict.budget import fit as do_fit
+    from perfseer_rt.predict.budget import judge
+
+    ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
+                 dim=dim, batch=batch, predictor_model=model_name, max_value=max_value)
+    if as_json:
+        emit_json(ans)
+    else:
+        p = ans["prediction"]
+        if ans["value"] is None:
+            click.echo(f"nothing fits: {ans['dim']} 1 of {p['model']} on {p['device']} "
+                       "breaks the budget")
+        else:
+            click.echo(f"{ans['dim']} {ans['value']}: the largest that fits "
+                       f"({p['model']} on {p['device']})")
+        for c in ans["checks"]:
+            click.echo(f"  {_judged(c)}")
+        if ans["next"] is not None and ans["value"] is not None:
+            nxt = ans["next"]
+            broke = [c for c in judge(nxt, ans["limits"]) if not c["ok"]]
+            click.echo(f"  {ans['dim']} {ans['value'] + 1} would not: "
+                       + "; ".join(_judged(c) for c in broke))
+        if p.get("mig"):
+            click.echo(f"  MIG on {p['mig']['gpu']}: smallest slice {p['mig'].get('profile')}")
+    sys.exit(0 if ans["value"] is not None else 1)

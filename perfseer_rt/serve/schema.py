@@ -1,0 +1,70 @@
+"""The service's JSON schema: the prediction result contract of
+:func:`perfseer_rt.predict.predict` (the same as ``perfseer-rt predict
+--json``), as pydantic models for the OpenAPI page. Keys beyond these pass
+through (``extra="allow"``): newer results may carry more."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Metric(_Open):
+    value: float = Field(description="the prediction, in `unit`")
+    unit: str = Field(description="ms, MiB (2**20 bytes), percent, mJ ...")
+    interval: Optional[list[float]] = Field(None, description="[lo, hi] prediction interval")
+    coverage: Optional[float] = Field(None, description="the interval's nominal coverage, 0..1")
+    meaning: Optional[str] = Field(None, description="what is measured, over which baseline")
+
+
+class Predictor(_Open):
+    device: str
+    kind: Optional[str] = None
+    model: Optional[str] = None
+    version: Optional[str] = None
+    provenance: Optional[str] = None
+    description: Optional[str] = Field(None, description="runtime, threads, precision, hardware")
+
+
+class Result(_Open):
+    model: str
+    device: str
+    batch: int
+    mode: Optional[str] = "inference"
+    predictor: Optional[Predictor] = None
+    metrics: dict[str, Metric]
+    mig: Optional[dict] = None
+    warnings: list[str] = []
+
+
+class Check(_Open):
+    metric: str
+    unit: Optional[str] = None
+    limit: float
+    value: float
+    judged: float = Field(description="the value judged: the interval's upper end, else value")
+    interval: Optional[list[float]] = None
+    ok: bool
+
+
+class CheckVerdict(_Open):
+    ok: bool
+    checks: list[Check]
+    prediction: Result
+
+
+class DeviceRow(_Open):
+    device: str
+    description: Optional[str] = None
+    models: list[str]
+    default_model: Optional[str] = None
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="one line, the same as the CLI's")
+    type: str = Field(description="the error's class, e.g. ModelLoadError")

@@ -1,0 +1,218 @@
+"""``perfseer-rt serve`` against a live server: uvicorn started as a
+subprocess on 127.0.0.1 (a free port), spoken to with httpx."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "resnet18.onnx"
+UPLOAD_LIMIT_MB = 8
+
+pytestmark = pytest.mark.slow  # a server start (~5 s on this machine)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("serve")
+    models = base / "models"
+    (models / "sub").mkdir(parents=True)
+    (models / "sub" / "resnet18.onnx").write_bytes(EXAMPLE.read_bytes())
+    (models / "truncated.onnx").write_bytes(EXAMPLE.read_bytes()[:1000])
+    secret = base / "outside.onnx"
+    secret.write_bytes(EXAMPLE.read_bytes())
+    (models / "link.onnx").symlink_to(secret)          # a symlink pointing outside
+    port = free_port()
+    log_path = base / "server.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfseer_rt.cli", "serve", "--host", "127.0.0.1", "--port",
+         str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, "server did not start in 60 s"
+        time.sleep(0.2)
+    yield {"url": url, "log": log_path, "proc": proc, "models": models}
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+    assert "Traceback" not in log_path.read_text()
+
+
+def no_traceback(resp):
+    assert "Traceback" not in resp.text and "File \"" not in resp.text
+
+
+def test_health_ready_devices_docs(server):
+    url = server["url"]
+    assert httpx.get(url + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(url + "/readyz", timeout=30)
+    assert ready.status_code == 200 and "cpu-amd-epyc-1t" in ready.json()["devices"]
+    devices = httpx.get(url + "/devices").json()
+    assert any(d["device"] == "cpu-amd-epyc-1t" for d in devices)
+    assert httpx.get(url + "/docs").status_code == 200
+    spec = httpx.get(url + "/openapi.json").json()
+    assert "/predict" in spec["paths"] and "Result" in spec["components"]["schemas"]
+
+
+def test_upload_gives_the_cli_json(server):
+    import perfseer_rt
+
+    resp = httpx.post(server["url"] + "/predict", params={"batch": "1,8", "name": "r18.onnx"},
+                      content=EXAMPLE.read_bytes(),
+                      headers={"Content-Type": "application/octet-stream"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert [(d["model"], d["batch"]) for d in doc] == [("r18.onnx", 1), ("r18.onnx", 8)]
+    local = perfseer_rt.predict.predict(str(EXAMPLE), batch=8)[0]
+    assert doc[1]["metrics"]["latency_ms"]["value"] == pytest.approx(
+        local["metrics"]["latency_ms"]["value"], rel=1e-5)
+    assert doc[1]["predictor"] == local["predictor"]
+    assert set(doc[1]) == set(local)
+
+
+def test_path_inside_the_model_folder(server):
+    resp = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx"},
+                      timeout=60)
+    assert resp.status_code == 200 and resp.json()[0]["model"] == "sub/resnet18.onnx"
+
+
+@pytest.mark.parametrize("path", ["../outside.onnx", "sub/../../outside.onnx", "link.onnx",
+                                  "/etc/passwd", "missing.onnx"])
+def test_paths_outside_or_missing_are_4xx(server, path):
+    resp = httpx.post(server["url"] + "/predict", params={"path": path}, timeout=30)
+    assert resp.status_code in (403, 404), resp.text
+    assert "\n" not in resp.json()["error"]
+    no_traceback(resp)
+
+
+def test_truncated_model_is_422_with_the_cli_message(server):
+    from click.testing import CliRunner
+
+    from perfseer_rt.cli import main
+
+    for kwargs in ({"params": {"path": "truncated.onnx"}},
+                   {"content": EXAMPLE.read_bytes()[:1000]}):
+        resp = httpx.post(server["url"] + "/predict", timeout=30, **kwargs)
+        assert resp.status_code == 422, resp.text
+        body = resp.json()
+        assert body["type"] == "ModelLoadError" and "truncated or corrupt" in body["error"]
+        no_traceback(resp)
+    # the same one line as the CLI's, naming the model as the client did
+    trunc = server["models"] / "truncated.onnx"
+    cli = CliRunner().invoke(main, ["predict", str(trunc)])
+    resp = httpx.post(server["url"] + "/predict", params={"path": "truncated.onnx"})
+    assert cli.stderr.strip() == "perfseer-rt: error: " + resp.json()["error"].replace(
+        "truncated.onnx", str(trunc))
+    assert str(server["models"]) not in resp.text  # no server paths leak
+
+
+def test_one_gigabyte_upload_is_refused_early(server):
+    sent = [0]
+    chunk = bytes(1 << 20)  # one MiB, reused: the client allocates nothing more
+
+    def gigabyte():
+        for _ in range(1024):
+            sent[0] += len(chunk)
+            yield chunk
+
+    t0 = time.monotonic()
+    resp = httpx.post(server["url"] + "/predict", content=gigabyte(), timeout=60)
+    assert resp.status_code == 413, resp.text
+    assert f"{UPLOAD_LIMIT_MB} MiB" in resp.json()["error"]
+    assert sent[0] < 1 << 30, "the whole gigabyte went through"
+    print(f"1 GiB upload: refused after the client sent {sent[0] >> 20} MiB")
+    assert time.monotonic() - t0 < 30
+    # and declared up front: refused before any body byte is read
+    resp = httpx.post(server["url"] + "/predict", content=gigabyte(),
+                      headers={"Content-Length": str(1 << 30)}, timeout=60)
+    assert resp.status_code == 413
+    # the server is still fine
+    assert httpx.get(server["url"] + "/healthz").status_code == 200
+
+
+def start(args, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "perfseer_rt.cli", "serve", "--port",
+                             str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return proc, url, log
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_request_time_limit_is_504(tmp_path):
+    proc, url, log = start(["--timeout-s", "0.001"], tmp_path)
+    try:
+        resp = httpx.post(url + "/predict", content=EXAMPLE.read_bytes(), timeout=60)
+        assert resp.status_code == 504 and "longer than 0.001 s" in resp.json()["error"]
+        resp = httpx.post(url + "/predict", params={"path": "x.onnx"})
+        assert resp.status_code == 403 and "--model-dir" in resp.json()["error"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_concurrency_limit_is_503(monkeypatch):
+    """Mechanism, in process: with one slot, requests overlapping a slow
+    prediction are answered 503 at once."""
+    import asyncio
+
+    from perfseer_rt.serve import app as app_mod
+
+    def slow(*args):
+        time.sleep(1.0)
+        return []
+
+    monkeypatch.setattr(app_mod, "_predict", slow)
+    app = app_mod.create_app(app_mod.Settings(max_concurrency=1))
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await asyncio.gather(*[client.post("/predict", content=b"x")
+                                          for _ in range(4)])
+
+    statuses = sorted(r.status_code for r in asyncio.run(main()))
+    assert statuses == [200, 503, 503, 503]
+
+
+def test_serve_without_the_extra_says_how_to_get_it(monkeypatch):
+    from click.testing import CliRunner
+
+    from perfseer_rt.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if [serve] were not installed
+    res = CliRunner().invoke(main, ["serve"])
+    assert res.exit_code == 2 and "pip install 'perfseer-rt[serve]'" in res.stderr
