@@ -144,7 +144,7 @@ def test_devices_lists_every_gpu_entry_with_provenance():
     rows = {r["device"]: r for r in json.loads(out)}
     for name in GPU_ENTRIES:
         assert rows[name]["kind"] == "gpu-prior"
-        assert "not measured by us" in rows[name]["provenance"]
+        assert "not measured by us" in rows[name]["predictor"]["provenance"]
     code, out, _ = _run("devices")
     assert "provenance: prior from public kernel measurements" in out
 
@@ -213,7 +213,7 @@ def test_unknown_metric_and_device_are_one_line_errors():
 
 def test_table_output_names_the_provenance():
     code, out, _ = _run("predict", CNN, "--device", "t4")
-    assert code == 0 and "predictor: gpu-prior; prior from public kernel measurements" in out
+    assert code == 0 and "source     prior from public kernel measurements" in out
 
 
 def test_a_calibration_in_the_entry_corrects_its_latency(tmp_path, monkeypatch, tfm_path):
