@@ -88,6 +88,7 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
         warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
                         f"{min(batches)}..{max(batches)}")
+    warnings.extend(graph.warnings)
     if graph.unknown_ops:
         warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
     return warnings
@@ -96,7 +97,7 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
 def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
-            model: str | None = None) -> list[dict]:
+            model: str | None = None, dims: dict[str, int] | None = None) -> list[dict]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -108,6 +109,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
         model: which of the device's predictors (``perfseer-rt devices``);
             default: the manifest's ``default_model``.
+        dims: symbolic input dims by name, as for :func:`perfseer_rt.extract`.
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -128,7 +130,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
     if missing:
         raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)}; "
                           f"it predicts {', '.join(pred.metrics)}")
-    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes)
+    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes, dims=dims)
               for m in models]
     if not graphs:
         return []

@@ -25,19 +25,22 @@ def _table(results: list[dict]) -> str:
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
 @click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
               help="Shape of one graph input (repeatable).")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+              help="Size of every input dim with this symbolic name (repeatable).")
 @click.option("--device", default=None, help="Predictor device (see `perfseer-rt devices`).")
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
 @click.option("--model", "model_name", default=None,
               help="Which of the device's predictors (default: the most accurate; see `perfseer-rt devices`).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def predict(models, batch, inputs, device, metrics, model_name, as_json):
+def predict(models, batch, inputs, dims, device, metrics, model_name, as_json):
     """Predict the metrics of one or more ONNX MODELS on a device."""
-    from perfseer_rt.cli import emit_json, parse_input_shapes
+    from perfseer_rt.cli import emit_json, parse_dims, parse_input_shapes
     from perfseer_rt.predict.api import predict as do_predict
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = do_predict(list(models), batch=batch, device=device, metrics=wanted,
-                         input_shapes=parse_input_shapes(inputs), model=model_name)
+                         input_shapes=parse_input_shapes(inputs), model=model_name,
+                         dims=parse_dims(dims))
     if as_json:
         emit_json(results)
     else:
