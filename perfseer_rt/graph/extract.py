@@ -24,7 +24,7 @@ from onnx import helper
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static
-from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, TIME_LIMIT_S, Deadline
+from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
                                    check_spatial_attrs, is_known, node_cost, read_attrs)
@@ -112,6 +112,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     g = proto.graph
+    _check_names(g, name)
     for node in g.node:
         if node.op_type in SPATIAL_OPS:
             try:
@@ -121,9 +122,15 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
-            dtypes.itemsize(vi.type.tensor_type.elem_type, f"{name}: input {vi.name!r}")
+            tt = vi.type.tensor_type
+            dtypes.itemsize(tt.elem_type, f"{name}: input {vi.name!r}")
+            if tt.elem_type in _INT_TYPES and len(tt.shape.dim) == 1 \
+                    and tt.shape.dim[0].dim_value > MAX_SHAPE_LEN:
+                raise GraphError(f"{name}: input {vi.name!r} is a 1-D integer tensor of "
+                                 f"{tt.shape.dim[0].dim_value} elements, over the "
+                                 f"{MAX_SHAPE_LEN} limit")
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
-        dtypes.itemsize(t.data_type, f"{name}: initializer {t.name!r}")
+        size = dtypes.itemsize(t.data_type, f"{name}: initializer {t.name!r}")
         elems = 1
         for d in t.dims:
             if d < 0:
@@ -133,6 +140,58 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: initializer {t.name!r} has {elems:.3g} elements, "
                              f"over the {MAX_ELEMS:.3g} limit")
+        stored = _stored_bytes(t)
+        if stored is None:  # no data (structure-only): its dims are all there is
+            if t.data_type in _INT_TYPES and len(t.dims) == 1 and elems > MAX_SHAPE_LEN:
+                raise GraphError(f"{name}: initializer {t.name!r} is a 1-D integer tensor "
+                                 f"of {elems} elements without data, over the "
+                                 f"{MAX_SHAPE_LEN} limit")
+        elif elems * size > 8 * stored + 64:
+            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(t.dims)} "
+                             f"({elems:.3g} elements) but stores only {stored} bytes")
+
+
+_INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
+
+
+def _check_names(g: onnx.GraphProto, name: str) -> None:
+    """Every name is text: protobuf hands a string field that is not valid
+    UTF-8 back as bytes, which no later step could compare or print."""
+    bad = None
+    for n in g.node:
+        for s in (n.name, n.op_type, n.domain, *n.input, *n.output):
+            if type(s) is not str:
+                bad = s
+                break
+        if bad is None:
+            for a in n.attribute:
+                if type(a.name) is not str:
+                    bad = a.name
+                    break
+        if bad is not None:
+            break
+    if bad is None:
+        for s in (*(v.name for v in g.input), *(v.name for v in g.output),
+                  *(v.name for v in g.value_info), *(t.name for t in g.initializer),
+                  *(t.values.name for t in g.sparse_initializer)):
+            if type(s) is not str:
+                bad = s
+                break
+    if bad is not None:
+        raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
+                         f"({bytes(bad)[:40]!r})")
+
+
+def _stored_bytes(t: onnx.TensorProto) -> int | None:
+    """Bytes of data an initializer carries in the file (None: external or
+    no data at all)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if t.raw_data:
+        return len(t.raw_data)
+    n = 8 * (len(t.float_data) + len(t.int32_data) + len(t.int64_data) + len(t.double_data)
+             + len(t.uint64_data)) + sum(len(x) for x in t.string_data)
+    return n or None
 
 
 def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> PerfGraph:

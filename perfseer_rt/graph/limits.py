@@ -19,6 +19,10 @@ MAX_DIM = 2**31 - 1
 #: Largest element count of any one tensor (2^40, ~1.1 T elements): larger
 #: is not a real model, and keeps every feature finite in float64.
 MAX_ELEMS = 2**40
+#: Longest 1-D integer tensor without data (graph input or external
+#: initializer): onnx's inference gives a Reshape/Expand fed by one that
+#: many dims, so a longer one would stall it.
+MAX_SHAPE_LEN = 1 << 20
 #: Largest pad/stride/dilation/kernel attribute accepted on a conv or pool.
 MAX_SPATIAL_ATTR = 2**20
 #: Node cap (main graph and subgraphs together), by default.
