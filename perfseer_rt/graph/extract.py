@@ -211,8 +211,8 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
     needed = {t for n in nodes for t in _costed_tensors(n)}
     kept_set = set(kept)
     folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
-    shapes, engine = infer_shapes(sk, needed, folded, deadline)
-    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline)
+    shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
+    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -247,6 +247,7 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
     weight_uses: Counter[str] = Counter()
+    flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     for k, node in enumerate(nodes):
         if not k % 4096:
@@ -257,6 +258,8 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
                for pos, t in enumerate(node.input)]
         outs = [info(t) for t in node.output if t]
         cost, ruled = node_cost(op, ins, outs, read_attrs(node))
+        first = next((t for t in node.input if t and t in shapes), None)
+        flops_by_dtype[shapes[first][0] if first else 0] += float(cost.flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
@@ -317,7 +320,7 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
     params_unique = float(sum(e for e, _, _ in weight_sizes.values()))
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
     u = _globals(x, edge_attr, batch_size, params_unique, bytes_unique)
-    meta, warnings = _model_info(weights, weight_uses, weight_sizes, shapes, edge_tensors)
+    meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
     return PerfGraph(
         node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
         node_ops=[n.op_type for n in nodes], x=x, edge_index=edge_index,
@@ -325,20 +328,23 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
 
-def _model_info(weights, weight_uses, weight_sizes, shapes, edge_tensors):
+def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
     """Facts about the model that are not features (``PerfGraph.info``) and
-    the warnings they raise: shared weights, weight inputs, the dtype."""
+    the warnings they raise: shared weights, weight inputs, and the compute
+    dtype (the element type of the inputs of the nodes that do most FLOPs)."""
     shared = {t: n for t, n in weight_uses.items() if n > 1}
     shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
     per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
     by_dtype: Counter[str] = Counter()
     for elems, nbytes, elem in weight_sizes.values():
         by_dtype[dtypes.dtype_name(elem)] += nbytes
-    if not by_dtype:  # no weights: the activations' type
-        for t in edge_tensors:
-            by_dtype[dtypes.dtype_name(shapes[t][0])] += 1
-    dtype = by_dtype.most_common(1)[0][0] if by_dtype else "float32"
+    flops: Counter[str] = Counter()
+    for elem, f in flops_by_dtype.items():
+        flops[dtypes.dtype_name(elem)] += f
+    dtype = flops.most_common(1)[0][0] if flops and flops.most_common(1)[0][1] > 0 else (
+        by_dtype.most_common(1)[0][0] if by_dtype else "float32")
     meta = {"dtype": dtype, "weight_bytes_by_dtype": dict(by_dtype),
+            "flops_by_dtype": dict(flops),
             "params_unique": float(sum(e for e, _, _ in weight_sizes.values())),
             "weight_bytes_unique": float(sum(b for _, b, _ in weight_sizes.values())),
             "weight_bytes_per_use": per_use,
@@ -356,8 +362,8 @@ def _model_info(weights, weight_uses, weight_sizes, shapes, edge_tensors):
         warnings.append(f"{len(weights)} graph input(s) with fixed shapes are used as "
                         f"weights and costed as weights: {shown}")
     if dtype != "float32":
-        warnings.append(f"the model's weights are {dtype}; perfseer-rt's shipped predictors "
-                        "were trained on float32 models")
+        warnings.append(f"the model computes mostly in {dtype}; perfseer-rt's shipped "
+                        "predictors were trained on float32 models only")
     return meta, warnings
 
 
@@ -400,7 +406,7 @@ def _has_schema(node) -> bool:
         return False
 
 
-def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline):
+def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto):
     """Outputs of ops onnx has no schema for (custom domains) are assumed to
     keep the shape and type of their first input; inference is re-run from
     there so that the rest of the graph resolves. Documented generic rule;
@@ -417,7 +423,7 @@ def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline):
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o in n.output if o and o not in shapes]
         sk.graph.value_info.extend(extra)
-        new, _ = infer_shapes(sk, needed, folded, deadline)
+        new, _ = infer_shapes(sk, needed, folded, deadline, proto)
         if len(new) <= len(shapes):
             return shapes
         shapes = new

@@ -269,17 +269,23 @@ def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
 
 
 def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodeProto] = (),
-                 deadline: Deadline | None = None) -> tuple[dict[str, TypedShape], str]:
+                 deadline: Deadline | None = None, model: onnx.ModelProto | None = None
+                 ) -> tuple[dict[str, TypedShape], str]:
     """Infer static shapes; returns them and which engine produced them.
 
     ``needed`` are the tensors the caller must have shapes for. When onnx's
     inference (with data propagation) leaves some unresolved, the values of
     the ``folded`` (constant) nodes are computed (:func:`evaluate_constants`)
     and injected as initializers, and inference runs again, at most 16 rounds.
+    ``model`` (the original) lends the data of its initializers of at most
+    MAX_CONST_ELEMS elements (e.g. a 512-long position-id buffer that a
+    folded Slice cuts by the sequence length).
     """
     shapes = _onnx_infer(sk) or _collect(sk)
     engine = "onnx"
     values: dict[str, np.ndarray] = {}
+    if model is not None and needed - shapes.keys() and folded:
+        values.update(_small_initializers(model, sk))
     for _ in range(16):
         if not needed - shapes.keys() or not folded:
             break
@@ -295,6 +301,23 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
         shapes.update(again)
         engine = "onnx+constant-evaluation"
     return shapes, engine
+
+
+def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Data of the model's initializers that the skeleton left out but that
+    are small enough to compute with (at most MAX_CONST_ELEMS elements)."""
+    have = {t.name for t in sk.graph.initializer}
+    out = {}
+    for t in model.graph.initializer:
+        if t.name in have or t.data_location == TensorProto.EXTERNAL:
+            continue
+        if _elems(t.dims) > MAX_CONST_ELEMS or t.data_type not in (6, 7, 1, 9):
+            continue
+        try:
+            out[t.name] = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+            continue
+    return out
 
 
 def _elems(shape) -> int:
@@ -376,6 +399,8 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
                 if outs:
                     avail[outs[0]] = new[outs[0]] = val
             continue
+        if node.op_type == "Constant" and not _constant_has_data(node):
+            continue  # a structure-only export stripped its value
         if node.op_type in _SIZED_BY_VALUE:  # its size needs its inputs' values now
             ok = all(i == "" or i in avail for i in node.input) and not _output_too_big(node, avail)
         else:
@@ -393,13 +418,46 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
         model = helper.make_model(graph, opset_imports=list(sk.opset_import))
         try:
             outs = ReferenceEvaluator(model).run(None, {})
-        except Exception as exc:  # noqa: BLE001 - unsupported op: leave those unresolved
+            names = [o for n in pending for o in n.output if o]
+        except Exception as exc:  # noqa: BLE001 - some op failed: go node by node
             log.debug("constant evaluation failed: %s", exc)
-            return new
-        names = [o for n in pending for o in n.output if o]
+            names, outs = _one_by_one(pending, avail, sk.opset_import)
         new.update({n: np.asarray(v) for n, v in zip(names, outs)
                     if np.asarray(v).size <= MAX_CONST_ELEMS})
     return new
+
+
+def _constant_has_data(node: onnx.NodeProto) -> bool:
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            return a.t.data_location != TensorProto.EXTERNAL
+    return True
+
+
+def _one_by_one(pending, avail, opsets) -> tuple[list[str], list]:
+    """Evaluate ``pending`` node by node, skipping those that fail and the
+    nodes that need their outputs."""
+    from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
+
+    vals = dict(avail)
+    names, outs = [], []
+    for node in pending:
+        if not all(i == "" or i in vals for i in node.input):
+            continue
+        inputs = [i for i in dict.fromkeys(node.input) if i]
+        graph = helper.make_graph(
+            [node], "constant", [], [onnx.ValueInfoProto(name=o) for o in node.output if o],
+            initializer=[numpy_helper.from_array(np.asarray(vals[i]), i) for i in inputs])
+        try:
+            res = ReferenceEvaluator(helper.make_model(graph, opset_imports=list(opsets))
+                                     ).run(None, {})
+        except Exception:  # noqa: BLE001 - this node stays unresolved
+            continue
+        for o, v in zip([o for o in node.output if o], res):
+            vals[o] = v
+            names.append(o)
+            outs.append(v)
+    return names, outs
 
 
 def _with_values(sk: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
