@@ -227,3 +227,53 @@ def test_features_are_checked_finite_and_non_negative():
     with pytest.raises(GraphError, match="negative or non-finite"):
         PerfGraph(g.node_names, g.node_ops, bad, g.edge_index, g.edge_attr,
                   g.edge_tensors, g.edge_shapes, g.u)
+
+
+def _loop_model(trips):
+    """y = Loop(M, cond, x) with a body y = x @ w (w from the outer scope)."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_in", "w"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", f, None)])
+    inits = [const("w", (64, 64)), const("c", (), True, dtype=np.bool_)]
+    ins = [("x", [8, 64])]
+    if trips is None:
+        ins.append(("M", [], TensorProto.INT64))
+    else:
+        inits.append(const("M", (), trips, dtype=np.int64))
+    nodes = [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)]
+    return model(nodes, ins, [("y", None)], inits)
+
+
+def test_loop_with_static_trip_count_multiplies_its_body():
+    g = extract(_loop_model(10))
+    assert g.node_ops == ["Loop"]
+    assert g.globals["flops_total"] == 10 * 2 * 8 * 64 * 64
+    assert g.warnings == []
+
+
+def test_loop_with_unknown_trip_count_assumes_one_and_says_so():
+    g = extract(_loop_model(None))
+    assert g.globals["flops_total"] == 2 * 8 * 64 * 64
+    assert any("trip count unknown" in w and "assumed 1" in w for w in g.warnings)
+
+
+def test_if_costs_the_heavier_branch_and_flags_it():
+    f = TensorProto.FLOAT
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", f, [8, 64])])
+    other = helper.make_graph([helper.make_node("Relu", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", f, [8, 64])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    g = extract(model(nodes, [("x", [8, 64])], [("y", None)],
+                      [const("w", (64, 64)), const("zero", (), 0.0)]))
+    flops = dict(zip(g.node_ops, g.node_column("flops")))
+    assert flops["If"] == 2 * 8 * 64 * 64
+    assert any("heavier branch (then_branch" in w for w in g.warnings)

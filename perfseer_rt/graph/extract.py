@@ -194,7 +194,7 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     return n or None
 
 
-def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> PerfGraph:
+def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
     _validate(proto, name, max_nodes)
     weights = weight_inputs(proto)
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
@@ -248,6 +248,7 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
     src, dst, edge_tensors = [], [], []
     weight_uses: Counter[str] = Counter()
     flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
+    control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     for k, node in enumerate(nodes):
         if not k % 4096:
@@ -257,9 +258,15 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
         ins = [info(t) if t and pos not in params else None
                for pos, t in enumerate(node.input)]
         outs = [info(t) for t in node.output if t]
-        cost, ruled = node_cost(op, ins, outs, read_attrs(node))
-        first = next((t for t in node.input if t and t in shapes), None)
-        flops_by_dtype[shapes[first][0] if first else 0] += float(cost.flops)
+        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in node.attribute):
+            cost, ruled, note = _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth)
+            if note:
+                control_notes.append(note)
+        else:
+            cost, ruled = node_cost(op, ins, outs, read_attrs(node))
+        typed = [shapes[t][0] for t in (*node.input, *node.output) if t and t in shapes]
+        compute = [e for e in typed if e in _COMPUTE_TYPES] or typed or [0]
+        flops_by_dtype[compute[0]] += float(cost.flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
@@ -321,6 +328,7 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline) -> Per
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
     u = _globals(x, edge_attr, batch_size, params_unique, bytes_unique)
     meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
+    warnings += control_notes
     return PerfGraph(
         node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
         node_ops=[n.op_type for n in nodes], x=x, edge_index=edge_index,
@@ -367,6 +375,110 @@ def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
     return meta, warnings
 
 
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+_COMPUTE_TYPES = dtypes.FLOAT_TYPES | dtypes.QUANT_TYPES
+#: Deepest nesting of control-flow subgraphs that is costed.
+MAX_SUBGRAPH_DEPTH = 8
+
+
+def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
+    """Cost of If (the heavier branch), Loop (body x static trip count; 1
+    assumed when unknown) and Scan (body x scan length). Returns
+    ``(cost, ruled, warning or None)``; a body that cannot be costed gives
+    the generic cost and a warning."""
+    from perfseer_rt.graph.ops import NodeCost
+
+    label = f"{node.op_type} node {node.name or node.output[0]!r}"
+    bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    if depth >= MAX_SUBGRAPH_DEPTH:
+        return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
+            f"{MAX_SUBGRAPH_DEPTH} are not costed"
+    if node.op_type == "If":
+        costs = {k: _subgraph_flops(g, [], proto, shapes, max_nodes, deadline, depth)
+                 for k, g in bodies.items() if k in ("then_branch", "else_branch")}
+        if not costs or any(v is None for v in costs.values()):
+            return NodeCost(0.0), False, f"{label}: a branch could not be costed"
+        heavy = max(costs, key=costs.get)
+        return NodeCost(costs[heavy]), True, (
+            f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
+    body = bodies.get("body")
+    if body is None:
+        return NodeCost(0.0), False, f"{label}: no body subgraph"
+    formal = [vi.name for vi in body.input]
+    if node.op_type == "Loop":
+        actual = {f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a}
+        actual.update({formal[0]: (7, ()), formal[1]: (9, ())} if len(formal) > 1 else {})
+        trips = _const_int(proto, node.input[0]) if node.input and node.input[0] else None
+    else:  # Scan: state variables, then scan inputs sliced along axis 0
+        n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        n_state = len(node.input) - n_scan
+        actual = {f: shapes.get(a) for f, a in zip(formal[:n_state], node.input[:n_state])}
+        trips = None
+        for f, a in zip(formal[n_state:], node.input[n_state:]):
+            typed = shapes.get(a)
+            if typed and typed[1]:
+                actual[f] = (typed[0], typed[1][1:])
+                trips = typed[1][0]
+    flops = _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth)
+    if flops is None:
+        return NodeCost(0.0), False, f"{label}: its body could not be costed"
+    if trips is None:
+        return NodeCost(flops), True, (f"{label}: trip count unknown before run time; "
+                                       "assumed 1 iteration of its body")
+    return NodeCost(flops * trips), True, None
+
+
+def _const_int(proto, name: str) -> int | None:
+    """The value of a scalar integer initializer or Constant, if it has one."""
+    from onnx import numpy_helper
+
+    tensors = [t for t in proto.graph.initializer if t.name == name]
+    tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
+                for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    for t in tensors:
+        try:
+            v = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - no data (structure-only): unknown
+            return None
+        if v.size == 1 and 0 <= int(v.ravel()[0]) <= 2**31:
+            return int(v.ravel()[0])
+    return None
+
+
+def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> float | None:
+    """Total FLOPs of a subgraph extracted as a model of its own: formal
+    inputs take ``actual`` shapes (or their declared static ones), tensors
+    of the outer scope come in as inputs with their outer shapes."""
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer}
+    declared = {vi.name for vi in g.input}
+    outer = []
+    for n in g.node:
+        for t in n.input:
+            if t and t not in produced and t not in declared and t in shapes and t not in outer:
+                outer.append(t)
+    del g.input[:]
+    for vi in body.input:
+        typed = actual.get(vi.name) if actual else None
+        if typed is not None:
+            g.input.append(helper.make_tensor_value_info(vi.name, typed[0], list(typed[1])))
+        else:
+            g.input.append(vi)
+    for t in outer:
+        elem, shape = shapes[t]
+        g.input.append(helper.make_tensor_value_info(t, elem, list(shape)))
+    sub = onnx.ModelProto(ir_version=proto.ir_version, graph=g)
+    sub.opset_import.extend(proto.opset_import)
+    try:
+        return float(_extract(sub, "<subgraph>", None, None, None, max_nodes, deadline,
+                              depth + 1).globals["flops_total"])
+    except LimitError:
+        raise
+    except PerfSeerError:
+        return None
+
+
 def _costed_tensors(node) -> list[str]:
     """Tensors whose shapes the costs need: outputs and non-parameter inputs."""
     params = PARAM_INPUTS.get(node.op_type, frozenset())
@@ -394,6 +506,36 @@ def _edge_row(typed, itemsize: float) -> list[float]:
     return [size, *map(float, slots), float(itemsize)]
 
 
+def _control_flow_shapes(nodes, shapes) -> list:
+    """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
+    outputs keep their carried inputs' shapes; an If's outputs take the
+    static shapes its then-branch declares."""
+    extra = []
+    for n in nodes:
+        if n.op_type == "Loop":
+            pairs = zip(n.output, n.input[2:])
+        elif n.op_type == "Scan":
+            n_scan = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+            pairs = zip(n.output, n.input[:len(n.input) - n_scan])
+        elif n.op_type == "If":
+            branch = next((a.g for a in n.attribute if a.name == "then_branch"
+                           and a.type == onnx.AttributeProto.GRAPH), None)
+            declared = [] if branch is None else list(branch.output)
+            for o, vi in zip(n.output, declared):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                if o and o not in shapes and vi.type.tensor_type.HasField("shape") \
+                        and all(d > 0 for d in dims):
+                    extra.append(helper.make_tensor_value_info(
+                        o, vi.type.tensor_type.elem_type, dims))
+            continue
+        else:
+            continue
+        for o, i in pairs:
+            if o and o not in shapes and i in shapes:
+                extra.append(helper.make_tensor_value_info(o, shapes[i][0], list(shapes[i][1])))
+    return extra
+
+
 def _has_schema(node) -> bool:
     """Whether onnx knows the op (standard ops: its inference is trusted,
     and a shape it leaves open is not guessed)."""
@@ -412,12 +554,12 @@ def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto
     there so that the rest of the graph resolves. Documented generic rule;
     standard ops are never guessed."""
     for _ in range(8):
+        extra = _control_flow_shapes(nodes, shapes)
         todo = [n for n in nodes if any(o and o not in shapes for o in n.output)
                 and n.input and n.input[0] in shapes and not _has_schema(n)]
-        if not todo:
+        if not todo and not extra:
             return shapes
         deadline.check("shape inference")
-        extra = []
         for n in todo:
             elem, shape = shapes[n.input[0]]
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
