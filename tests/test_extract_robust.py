@@ -277,3 +277,26 @@ def test_if_costs_the_heavier_branch_and_flags_it():
     flops = dict(zip(g.node_ops, g.node_column("flops")))
     assert flops["If"] == 2 * 8 * 64 * 64
     assert any("heavier branch (then_branch" in w for w in g.warnings)
+
+
+def test_cli_dim_option_and_typed_errors_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from perfseer_rt.cli import main
+    nodes = [helper.make_node("Relu", ["ids"], ["y"])]
+    p = tmp_path / "dyn.onnx"
+    onnx.save(model(nodes, [("ids", ["B", "S"])], [("y", None)]), p)
+    runner = CliRunner()
+    ok = runner.invoke(main, ["inspect", str(p), "--batch", "2", "--dim", "S=16"])
+    assert ok.exit_code == 0 and "ids 2x16" in ok.output
+    for args, msg in ((["--dim", "S"], "expected NAME=VALUE"), (["--dim", "S=-2"], "NAME=VALUE"),
+                      (["--batch", "70000", "--dim", "S=1"], "outside the supported range")):
+        res = runner.invoke(main, ["extract", str(p), "--json", *args])
+        assert res.exit_code == 2, res.output
+        assert msg in res.output and "Traceback" not in res.output
+    bad = _add_with_weight()
+    bad.graph.initializer[0].data_type = 99
+    q = tmp_path / "bad.onnx"
+    onnx.save(bad, q)
+    res = runner.invoke(main, ["extract", str(q)])
+    assert res.exit_code == 2 and "unknown element type 99" in res.output
