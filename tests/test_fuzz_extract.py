@@ -56,3 +56,19 @@ def test_name_returned_as_bytes_is_a_graph_error():
     raw = m.SerializeToString().replace(b"relu", b"\xffelu")
     res = run_case(raw, None, [])
     assert res["outcome"] == "typed" and "UTF-8" in res["message"]
+
+
+def test_huge_static_input_dim_is_refused_fast():
+    """Fuzz seed 2 case 638: Swin with an input 2^31-1 wide stalled onnx's
+    shape inference (time grows with the dim value)."""
+    from pathlib import Path
+
+    import onnx
+
+    from perfseer_rt.errors import ShapeError
+    m = onnx.load(str(Path(__file__).parent / "models" / "swin_tiny.onnx"), load_external_data=False)
+    m.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 2**31 - 1
+    t0 = time.process_time()
+    with pytest.raises(ShapeError, match="over the supported maximum"):
+        extract(m)
+    assert time.process_time() - t0 < 1

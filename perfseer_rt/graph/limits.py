@@ -14,8 +14,10 @@ from perfseer_rt.errors import LimitError
 
 #: ``--batch`` range (inclusive).
 MIN_BATCH, MAX_BATCH = 1, 65536
-#: Largest value a resolved dim may take (``--dim``/``--input``/the model).
-MAX_DIM = 2**31 - 1
+#: Largest value a resolved input dim may take (``--dim``/``--input``/the
+#: model): 2^20. onnx's shape inference slows with dim values (a Swin input
+#: 2^20 wide infers in ~2 CPU-s, 2^31 wide did not finish in minutes).
+MAX_DIM = 2**20
 #: Largest element count of any one tensor (2^40, ~1.1 T elements): larger
 #: is not a real model, and keeps every feature finite in float64.
 MAX_ELEMS = 2**40

@@ -193,6 +193,10 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                     params_seen.add(d.dim_param)
                 shape.append(-1)
         resolved[vi.name] = tuple(shape)
+        for i, d in enumerate(shape):
+            if d > MAX_DIM:
+                raise ShapeError(f"input {vi.name!r} dim {i} is {d}, over the supported "
+                                 f"maximum {MAX_DIM}")
     if unresolved:
         hint = " ".join(f"--dim {p}=N" for p in sorted(params_seen))
         raise ShapeError(
