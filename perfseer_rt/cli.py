@@ -51,6 +51,23 @@ def parse_input_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
+    """Parse ``NAME=VALUE`` options (symbolic input dims) into a mapping."""
+    dims: dict[str, int] = {}
+    for value in values:
+        name, sep, num = value.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            dims[name.strip()] = int(num)
+            if dims[name.strip()] < 0:
+                raise ValueError
+        except ValueError:
+            raise PerfSeerError(f"--dim {value!r}: expected NAME=VALUE with a non-negative "
+                                "integer, e.g. --dim seq=128") from None
+    return dims
+
+
 def emit_json(obj) -> None:
     """Print one JSON document to stdout."""
     click.echo(json.dumps(obj, indent=None, separators=(",", ":")))
@@ -61,20 +78,24 @@ _batch_opt = click.option("--batch", type=click.IntRange(min=1), default=None,
                           help="Batch size; resolves a dynamic first input dim.")
 _input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
                           help="Shape of one graph input (repeatable).")
+_dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+                        help="Size of every input dim with this symbolic name (repeatable).")
 
 
 @main.command()
 @_model_arg
 @_batch_opt
 @_input_opt
+@_dim_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the PerfGraph as JSON.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the arrays to this .npz file (atomically).")
-def extract(model, batch, inputs, as_json, output):
+def extract(model, batch, inputs, dims, as_json, output):
     """Extract the PerfGraph of MODEL."""
     from perfseer_rt.graph.extract import extract as do_extract
 
-    graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs))
+    graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs),
+                       dims=parse_dims(dims))
     _warn_unknown(graph)
     if output:
         graph.save_npz(output)
@@ -86,19 +107,23 @@ def extract(model, batch, inputs, as_json, output):
 @_model_arg
 @_batch_opt
 @_input_opt
+@_dim_opt
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many of the heaviest layers to list.")
-def inspect(model, batch, inputs, top):
+def inspect(model, batch, inputs, dims, top):
     """Print a short human summary of MODEL."""
     from perfseer_rt.graph.extract import extract as do_extract
     from perfseer_rt.graph.summary import summarize
 
-    graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs))
+    graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs),
+                       dims=parse_dims(dims))
     _warn_unknown(graph)
     click.echo(summarize(graph, top=top))
 
 
 def _warn_unknown(graph) -> None:
+    for w in graph.warnings:
+        click.echo(f"perfseer-rt: warning: {w}", err=True)
     if graph.unknown_ops:
         click.echo("perfseer-rt: warning: ops without a cost rule got the generic cost: "
                    + ", ".join(sorted(set(graph.unknown_ops))), err=True)

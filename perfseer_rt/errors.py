@@ -30,3 +30,14 @@ class MetricError(PerfSeerError):
 
 class ProfileError(PerfSeerError):
     """Profiling could not run at all (as opposed to a recorded failed run)."""
+
+
+class GraphError(PerfSeerError):
+    """The model parses but its content cannot be costed: an unknown or
+    unsupported data type, a name that is not UTF-8, an attribute out of
+    range, a tensor too large to be real, or features that would not be
+    finite and non-negative."""
+
+
+class LimitError(PerfSeerError):
+    """Extraction hit its node cap or time limit (never a hang)."""

@@ -74,7 +74,7 @@ def _model_proto(source):
 
 
 def predict_gpu(pred, models: list, batch=None, metrics=None, input_shapes=None,
-                precision: str | None = None) -> list[dict]:
+                precision: str | None = None, dims: dict[str, int] | None = None) -> list[dict]:
     """Predictions for a ``gpu-prior`` device entry (``pred``: a registry
     Predictor). See :func:`perfseer_rt.predict.api.predict` for arguments."""
     precision = precision or "fp32"
@@ -90,7 +90,7 @@ def predict_gpu(pred, models: list, batch=None, metrics=None, input_shapes=None,
     results = []
     for source in models:
         graph = source if isinstance(source, PerfGraph) else extract(
-            source, batch=batch, input_shapes=input_shapes)
+            source, batch=batch, input_shapes=input_shapes, dims=dims)
         proto = _model_proto(source)
         itemsize = float(np.median(graph.edge_column("dtype_bytes"))) if graph.num_edges else 4.0
         scale = 0.5 if tc and itemsize >= 4 else 1.0

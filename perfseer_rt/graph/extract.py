@@ -1,27 +1,35 @@
 """ONNX model -> :class:`PerfGraph` (paper 001, section 3.1).
 
-The pipeline: load (no external data) -> resolve input shapes -> shape
-inference on a weight-free skeleton -> fold constants and shape subgraphs ->
-per-node costs (:mod:`perfseer_rt.graph.ops`) -> node, edge and global
-feature arrays in the layout of :mod:`perfseer_rt.graph.layout`.
+The pipeline: load (no external data) -> validate (node cap, element types,
+initializer dims) -> resolve input shapes (batch, named dims, explicit
+shapes; static graph inputs used as weights are weights) -> shape inference
+on a weight-free skeleton -> fold constants and shape subgraphs -> per-node
+costs (:mod:`perfseer_rt.graph.ops`) -> node, edge and global feature
+arrays in the layout of :mod:`perfseer_rt.graph.layout`.
+
+Failure contract: :func:`extract` raises only
+:class:`~perfseer_rt.errors.PerfSeerError` subclasses, within its node cap and
+CPU-time limit, and writes no file.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from perfseer_rt.errors import ShapeError
-from perfseer_rt.graph import layout
+from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
+from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static
+from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
-from perfseer_rt.graph.ops import (PARAM_INPUTS, TensorInfo, channel_dim, dtype_itemsize,
-                                   is_known, node_cost)
+from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
+                                   check_spatial_attrs, is_known, node_cost, read_attrs)
 from perfseer_rt.graph.perfgraph import PerfGraph
-from perfseer_rt.graph.shapes import infer_shapes, resolve_inputs, skeleton
+from perfseer_rt.graph.shapes import infer_shapes, resolve_inputs, skeleton, weight_inputs
 
 log = logging.getLogger(__name__)
 
@@ -29,76 +37,253 @@ _NODE_IDX = layout.column_index(layout.NODE_COLUMNS)
 _OP_COL = {op: _NODE_IDX[f"op_{op}"] for op in layout.OP_VOCAB}
 _OTHER_COL = _NODE_IDX[f"op_{layout.OTHER_OP}"]
 _HP_COLS = set(layout.HPARAM_COLUMNS)
-_ITEMSIZE: dict[int, int] = {}
+_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+#: A shared weight tensor at least this many elements earns a warning
+#: (exporters share small scalar constants between layers all the time).
+SHARED_WARN_ELEMS = 1024
 
 
 def extract(model, batch: int | None = None,
-            input_shapes: dict[str, tuple[int, ...]] | None = None) -> PerfGraph:
+            input_shapes: dict[str, tuple[int, ...]] | None = None,
+            dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
+            time_limit: float | None = TIME_LIMIT_S) -> PerfGraph:
     """Extract the PerfGraph of an ONNX model.
 
     Args:
         model: a path, the file's bytes, or an ``onnx.ModelProto``. External
             weight data is never read, so structure-only models work.
-        batch: batch size; fills a dynamic first dim of every input (default
-            1) and is checked against static first dims.
-        input_shapes: explicit static shapes by input name, for inputs with
-            other dynamic dims (e.g. sequence length).
+        batch: batch size in ``1..65536``; fills a dynamic first dim of every
+            input (default 1) and is checked against static first dims.
+        input_shapes: explicit static shapes by input name.
+        dims: values of symbolic dims by name (``{"seq": 128, "past": 0}``
+            sets every input dim so named); 0 is allowed here (empty caches).
+        max_nodes: node cap (main graph and subgraphs together).
+        time_limit: CPU seconds before :class:`LimitError` (None: no limit).
 
     Raises:
         ModelLoadError: missing, non-ONNX or truncated model.
-        ShapeError: a dynamic dim that cannot be resolved, or tensors whose
-            shape neither shape-inference engine could determine.
+        ShapeError: dynamic dims that cannot be resolved (all listed), bad
+            batch/dim values, or tensors whose shape cannot be inferred.
+        GraphError: unknown element types, names that are not UTF-8,
+            attributes out of range, implausibly large tensors.
+        LimitError: more than ``max_nodes`` nodes, or over ``time_limit``.
     """
-    proto, name = load_model(model)
-    inputs = resolve_inputs(proto, batch, input_shapes)
+    name = "<model>"
+    try:
+        proto, name = load_model(model)
+        return _extract(proto, name, batch, input_shapes, dims, max_nodes,
+                        Deadline(time_limit, name))
+    except PerfSeerError:
+        raise
+    except UnicodeDecodeError:
+        raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8"
+                         ) from None
+    except (RecursionError, MemoryError) as exc:
+        raise LimitError(f"{name}: the model is too large or too deeply nested to extract "
+                         f"({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - the API contract: typed errors only
+        log.debug("internal extraction error", exc_info=True)
+        err = GraphError(f"{name}: cannot be extracted ({type(exc).__name__}: {exc}); "
+                         "please report this model")
+        err.internal = True
+        raise err from exc
+
+
+def count_nodes(graph: onnx.GraphProto, cap: int) -> int:
+    """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
+    total = len(graph.node)
+    stack = [graph]
+    while stack and total <= cap:
+        for node in stack.pop().node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    total += len(a.g.node)
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    total += sum(len(g.node) for g in a.graphs)
+                    stack.extend(a.graphs)
+    return total
+
+
+def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
+    """Node cap, element types and initializer dims, before any arithmetic."""
+    n = count_nodes(proto.graph, max_nodes)
+    if n > max_nodes:
+        raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
+                         "max_nodes if the model is really this large")
+    g = proto.graph
+    _check_names(g, name)
+    for node in g.node:
+        if node.op_type in SPATIAL_OPS:
+            try:
+                check_spatial_attrs(read_attrs(node))
+            except (GraphError, TypeError, ValueError) as exc:
+                raise GraphError(f"{name}: node {node.name or node.op_type!r}: {exc}") from None
+    inits = {t.name for t in g.initializer}
+    for vi in g.input:
+        if vi.name not in inits and vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            dtypes.itemsize(tt.elem_type, f"{name}: input {vi.name!r}")
+            if tt.elem_type in _INT_TYPES and len(tt.shape.dim) == 1 \
+                    and tt.shape.dim[0].dim_value > MAX_SHAPE_LEN:
+                raise GraphError(f"{name}: input {vi.name!r} is a 1-D integer tensor of "
+                                 f"{tt.shape.dim[0].dim_value} elements, over the "
+                                 f"{MAX_SHAPE_LEN} limit")
+    for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
+        size = dtypes.itemsize(t.data_type, f"{name}: initializer {t.name!r}")
+        elems = 1
+        for d in t.dims:
+            if d < 0:
+                raise GraphError(f"{name}: initializer {t.name!r} has a negative dim "
+                                 f"{list(t.dims)}")
+            elems *= d
+        if elems > MAX_ELEMS:
+            raise GraphError(f"{name}: initializer {t.name!r} has {elems:.3g} elements, "
+                             f"over the {MAX_ELEMS:.3g} limit")
+        stored = _stored_bytes(t)
+        if stored is None:  # no data (structure-only): its dims are all there is
+            if t.data_type in _INT_TYPES and len(t.dims) == 1 and elems > MAX_SHAPE_LEN:
+                raise GraphError(f"{name}: initializer {t.name!r} is a 1-D integer tensor "
+                                 f"of {elems} elements without data, over the "
+                                 f"{MAX_SHAPE_LEN} limit")
+        elif elems * size > 8 * stored + 64:
+            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(t.dims)} "
+                             f"({elems:.3g} elements) but stores only {stored} bytes")
+
+
+_INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
+
+
+def _check_names(g: onnx.GraphProto, name: str) -> None:
+    """Every name is text: protobuf hands a string field that is not valid
+    UTF-8 back as bytes, which no later step could compare or print."""
+    bad = None
+    for n in g.node:
+        for s in (n.name, n.op_type, n.domain, *n.input, *n.output):
+            if type(s) is not str:
+                bad = s
+                break
+        if bad is None:
+            for a in n.attribute:
+                if type(a.name) is not str:
+                    bad = a.name
+                    break
+        if bad is not None:
+            break
+    if bad is None:
+        for s in (*(v.name for v in g.input), *(v.name for v in g.output),
+                  *(v.name for v in g.value_info), *(t.name for t in g.initializer),
+                  *(t.values.name for t in g.sparse_initializer)):
+            if type(s) is not str:
+                bad = s
+                break
+    if bad is not None:
+        raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
+                         f"({bytes(bad)[:40]!r})")
+
+
+def _stored_bytes(t: onnx.TensorProto) -> int | None:
+    """Bytes of data an initializer carries in the file (None: external or
+    no data at all)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if t.raw_data:
+        return len(t.raw_data)
+    n = 8 * (len(t.float_data) + len(t.int32_data) + len(t.int64_data) + len(t.double_data)
+             + len(t.uint64_data)) + sum(len(x) for x in t.string_data)
+    return n or None
+
+
+def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
+    _validate(proto, name, max_nodes)
+    weights = weight_inputs(proto)
+    inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
     sk = skeleton(proto, inputs)
     inits = {t.name for t in proto.graph.initializer}
     inits.update(t.values.name for t in proto.graph.sparse_initializer)
+    inits.update(weights)
     const, kept = fold_static(sk, inits)
     nodes = [sk.graph.node[i] for i in kept]
     if not nodes:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
+    deadline.check("folding")
 
     needed = {t for n in nodes for t in _costed_tensors(n)}
     kept_set = set(kept)
     folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
-    shapes, engine = infer_shapes(sk, needed, folded)
-    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded)
+    shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
+    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
+        shown = ", ".join(repr(m) for m in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         raise ShapeError(
-            f"{name}: shape of tensor {missing[0]!r} could not be inferred ({len(missing)} "
-            f"tensors unresolved, engine: {engine}); give static input shapes with --input")
+            f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
+            f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
+            "or named dims with --dim")
+    for t in needed:
+        elem, shape = shapes[t]
+        elems = 1
+        for d in shape:
+            elems *= d
+        if elems > MAX_ELEMS:
+            raise GraphError(f"{name}: tensor {t!r} would have shape {list(shape)} "
+                             f"({elems:.3g} elements, over the {MAX_ELEMS:.3g} limit); "
+                             "check the model's attributes and the input shapes")
+    deadline.check("shape inference")
     log.debug("%s: shapes from %s", name, engine)
+
+    itemsize: dict[int, float] = {}
+
+    def info(t: str) -> TensorInfo:
+        elem, shape = shapes[t]
+        size = itemsize.get(elem)
+        if size is None:
+            size = itemsize[elem] = dtypes.itemsize(elem, f"tensor {t!r}")
+        return TensorInfo(t, shape, size)
 
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
     x = np.zeros((len(nodes), len(layout.NODE_COLUMNS)), dtype=np.float64)
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
+    weight_uses: Counter[str] = Counter()
+    flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
+    control_notes: list[str] = []
+    weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     for k, node in enumerate(nodes):
+        if not k % 4096:
+            deadline.check("node costs")
         op = node.op_type
         params = PARAM_INPUTS.get(op, frozenset())
-        ins = [_info(t, shapes) if t and pos not in params else None
+        ins = [info(t) if t and pos not in params else None
                for pos, t in enumerate(node.input)]
-        outs = [_info(t, shapes) for t in node.output if t]
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
-                 if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-        cost, ruled = node_cost(op, ins, outs, attrs)
+        outs = [info(t) for t in node.output if t]
+        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in node.attribute):
+            cost, ruled, note = _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth)
+            if note:
+                control_notes.append(note)
+        else:
+            cost, ruled = node_cost(op, ins, outs, read_attrs(node))
+        typed = [shapes[t][0] for t in (*node.input, *node.output) if t and t in shapes]
+        compute = [e for e in typed if e in _COMPUTE_TYPES] or typed or [0]
+        flops_by_dtype[compute[0]] += float(cost.flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
         data_bytes = weight_bytes = params_n = 0
         data_ins: list[TensorInfo] = []
         node_edges: set[tuple[int, str]] = set()
-        for pos, (tname, info) in enumerate(zip(node.input, ins)):
-            if info is None or pos in params:
+        for pos, (tname, ti) in enumerate(zip(node.input, ins)):
+            if ti is None or pos in params:
                 continue
             if tname in const:
-                weight_bytes += info.nbytes
-                params_n += info.elems
+                weight_bytes += ti.nbytes
+                params_n += ti.elems
+                weight_uses[tname] += 1
+                weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
             else:
-                data_bytes += info.nbytes
-                data_ins.append(info)
+                data_bytes += ti.nbytes
+                data_ins.append(ti)
                 p = producer.get(tname)
                 if p is not None and (p, tname) not in node_edges:
                     node_edges.add((p, tname))
@@ -132,18 +317,166 @@ def extract(model, batch: int | None = None,
         x[:, _NODE_IDX[col]] = arr / total if total else 0.0
 
     edge_shapes = [shapes[t][1] for t in edge_tensors]
-    edge_attr = np.array([_edge_row(shapes[t]) for t in edge_tensors],
+    edge_attr = np.array([_edge_row(shapes[t], info(t).itemsize) for t in edge_tensors],
                          dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
 
-    first = next(iter(inputs.values()), ())
+    data_inputs = [s for n, s in inputs.items() if n not in weights]
+    first = data_inputs[0] if data_inputs else ()
     batch_size = batch if batch is not None else (first[0] if first else 1)
-    u = _globals(x, edge_attr, batch_size)
+    params_unique = float(sum(e for e, _, _ in weight_sizes.values()))
+    bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
+    u = _globals(x, edge_attr, batch_size, params_unique, bytes_unique)
+    meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
+    warnings += control_notes
     return PerfGraph(
         node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
         node_ops=[n.op_type for n in nodes], x=x, edge_index=edge_index,
         edge_attr=edge_attr, edge_tensors=edge_tensors, edge_shapes=edge_shapes, u=u,
-        unknown_ops=unknown, input_shapes=inputs)
+        unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
+
+
+def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
+    """Facts about the model that are not features (``PerfGraph.info``) and
+    the warnings they raise: shared weights, weight inputs, and the compute
+    dtype (the element type of the inputs of the nodes that do most FLOPs)."""
+    shared = {t: n for t, n in weight_uses.items() if n > 1}
+    shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
+    per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
+    by_dtype: Counter[str] = Counter()
+    for elems, nbytes, elem in weight_sizes.values():
+        by_dtype[dtypes.dtype_name(elem)] += nbytes
+    flops: Counter[str] = Counter()
+    for elem, f in flops_by_dtype.items():
+        flops[dtypes.dtype_name(elem)] += f
+    dtype = flops.most_common(1)[0][0] if flops and flops.most_common(1)[0][1] > 0 else (
+        by_dtype.most_common(1)[0][0] if by_dtype else "float32")
+    meta = {"dtype": dtype, "weight_bytes_by_dtype": dict(by_dtype),
+            "flops_by_dtype": dict(flops),
+            "params_unique": float(sum(e for e, _, _ in weight_sizes.values())),
+            "weight_bytes_unique": float(sum(b for _, b, _ in weight_sizes.values())),
+            "weight_bytes_per_use": per_use,
+            "shared_weights": len(shared), "shared_weight_bytes": shared_bytes,
+            "weight_inputs": sorted(weights)}
+    warnings = []
+    big = [t for t in shared if weight_sizes[t][0] >= SHARED_WARN_ELEMS]
+    if big:
+        mb = sum(weight_sizes[t][1] for t in big) / 2**20
+        uses = sum(shared[t] for t in big)
+        warnings.append(f"{len(big)} weight tensor(s) ({mb:.2f} MiB) are shared by several "
+                        f"nodes ({uses} uses; tied weights), counted once in params/weights")
+    if weights:
+        shown = ", ".join(sorted(weights)[:4]) + (" ..." if len(weights) > 4 else "")
+        warnings.append(f"{len(weights)} graph input(s) with fixed shapes are used as "
+                        f"weights and costed as weights: {shown}")
+    if dtype != "float32":
+        warnings.append(f"the model computes mostly in {dtype}; perfseer-rt's shipped "
+                        "predictors were trained on float32 models only")
+    return meta, warnings
+
+
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+_COMPUTE_TYPES = dtypes.FLOAT_TYPES | dtypes.QUANT_TYPES
+#: Deepest nesting of control-flow subgraphs that is costed.
+MAX_SUBGRAPH_DEPTH = 8
+
+
+def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
+    """Cost of If (the heavier branch), Loop (body x static trip count; 1
+    assumed when unknown) and Scan (body x scan length). Returns
+    ``(cost, ruled, warning or None)``; a body that cannot be costed gives
+    the generic cost and a warning."""
+    from perfseer_rt.graph.ops import NodeCost
+
+    label = f"{node.op_type} node {node.name or node.output[0]!r}"
+    bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    if depth >= MAX_SUBGRAPH_DEPTH:
+        return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
+            f"{MAX_SUBGRAPH_DEPTH} are not costed"
+    if node.op_type == "If":
+        costs = {k: _subgraph_flops(g, [], proto, shapes, max_nodes, deadline, depth)
+                 for k, g in bodies.items() if k in ("then_branch", "else_branch")}
+        if not costs or any(v is None for v in costs.values()):
+            return NodeCost(0.0), False, f"{label}: a branch could not be costed"
+        heavy = max(costs, key=costs.get)
+        return NodeCost(costs[heavy]), True, (
+            f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
+    body = bodies.get("body")
+    if body is None:
+        return NodeCost(0.0), False, f"{label}: no body subgraph"
+    formal = [vi.name for vi in body.input]
+    if node.op_type == "Loop":
+        actual = {f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a}
+        actual.update({formal[0]: (7, ()), formal[1]: (9, ())} if len(formal) > 1 else {})
+        trips = _const_int(proto, node.input[0]) if node.input and node.input[0] else None
+    else:  # Scan: state variables, then scan inputs sliced along axis 0
+        n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        n_state = len(node.input) - n_scan
+        actual = {f: shapes.get(a) for f, a in zip(formal[:n_state], node.input[:n_state])}
+        trips = None
+        for f, a in zip(formal[n_state:], node.input[n_state:]):
+            typed = shapes.get(a)
+            if typed and typed[1]:
+                actual[f] = (typed[0], typed[1][1:])
+                trips = typed[1][0]
+    flops = _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth)
+    if flops is None:
+        return NodeCost(0.0), False, f"{label}: its body could not be costed"
+    if trips is None:
+        return NodeCost(flops), True, (f"{label}: trip count unknown before run time; "
+                                       "assumed 1 iteration of its body")
+    return NodeCost(flops * trips), True, None
+
+
+def _const_int(proto, name: str) -> int | None:
+    """The value of a scalar integer initializer or Constant, if it has one."""
+    from onnx import numpy_helper
+
+    tensors = [t for t in proto.graph.initializer if t.name == name]
+    tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
+                for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    for t in tensors:
+        try:
+            v = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - no data (structure-only): unknown
+            return None
+        if v.size == 1 and 0 <= int(v.ravel()[0]) <= 2**31:
+            return int(v.ravel()[0])
+    return None
+
+
+def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> float | None:
+    """Total FLOPs of a subgraph extracted as a model of its own: formal
+    inputs take ``actual`` shapes (or their declared static ones), tensors
+    of the outer scope come in as inputs with their outer shapes."""
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer}
+    declared = {vi.name for vi in g.input}
+    outer = []
+    for n in g.node:
+        for t in n.input:
+            if t and t not in produced and t not in declared and t in shapes and t not in outer:
+                outer.append(t)
+    del g.input[:]
+    for vi in body.input:
+        typed = actual.get(vi.name) if actual else None
+        if typed is not None:
+            g.input.append(helper.make_tensor_value_info(vi.name, typed[0], list(typed[1])))
+        else:
+            g.input.append(vi)
+    for t in outer:
+        elem, shape = shapes[t]
+        g.input.append(helper.make_tensor_value_info(t, elem, list(shape)))
+    sub = onnx.ModelProto(ir_version=proto.ir_version, graph=g)
+    sub.opset_import.extend(proto.opset_import)
+    try:
+        return float(_extract(sub, "<subgraph>", None, None, None, max_nodes, deadline,
+                              depth + 1).globals["flops_total"])
+    except LimitError:
+        raise
+    except PerfSeerError:
+        return None
 
 
 def _costed_tensors(node) -> list[str]:
@@ -153,23 +486,11 @@ def _costed_tensors(node) -> list[str]:
         [t for t in node.output if t]
 
 
-def _itemsize(elem_type: int) -> int:
-    size = _ITEMSIZE.get(elem_type)
-    if size is None:
-        size = _ITEMSIZE[elem_type] = dtype_itemsize(elem_type)
-    return size
-
-
-def _info(name: str, shapes) -> TensorInfo:
-    elem, shape = shapes[name]
-    return TensorInfo(name, shape, _itemsize(elem))
-
-
-def _edge_row(typed) -> list[float]:
+def _edge_row(typed, itemsize: float) -> list[float]:
     """Edge features of a tensor (shape slots per the layout's docstring)."""
-    elem, shape = typed
+    _, shape = typed
     r = len(shape)
-    size = float(np.prod(shape)) if shape else 1.0
+    size = float(np.prod(shape, dtype=np.float64)) if shape else 1.0
     if r == 0:
         slots = (1, 1, 1, 1)
     elif r == 1:
@@ -181,34 +502,84 @@ def _edge_row(typed) -> list[float]:
     elif r == 4:
         slots = shape
     else:
-        slots = (shape[0], shape[1], int(np.prod(shape[2:-1])), shape[-1])
-    return [size, *map(float, slots), float(_itemsize(elem))]
+        slots = (shape[0], shape[1], float(np.prod(shape[2:-1], dtype=np.float64)), shape[-1])
+    return [size, *map(float, slots), float(itemsize)]
 
 
-def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded):
-    """Outputs of ops no engine can infer (custom domains) are assumed to keep
-    the shape and type of their first input; inference is re-run from there
-    so that the rest of the graph resolves. Documented generic rule."""
+def _control_flow_shapes(nodes, shapes) -> list:
+    """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
+    outputs keep their carried inputs' shapes; an If's outputs take the
+    static shapes its then-branch declares."""
+    extra = []
+    for n in nodes:
+        if n.op_type == "Loop":
+            pairs = zip(n.output, n.input[2:])
+        elif n.op_type == "Scan":
+            n_scan = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+            pairs = zip(n.output, n.input[:len(n.input) - n_scan])
+        elif n.op_type == "If":
+            branch = next((a.g for a in n.attribute if a.name == "then_branch"
+                           and a.type == onnx.AttributeProto.GRAPH), None)
+            declared = [] if branch is None else list(branch.output)
+            for o, vi in zip(n.output, declared):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                if o and o not in shapes and vi.type.tensor_type.HasField("shape") \
+                        and all(d > 0 for d in dims):
+                    extra.append(helper.make_tensor_value_info(
+                        o, vi.type.tensor_type.elem_type, dims))
+            continue
+        else:
+            continue
+        for o, i in pairs:
+            if o and o not in shapes and i in shapes:
+                extra.append(helper.make_tensor_value_info(o, shapes[i][0], list(shapes[i][1])))
+    return extra
+
+
+def _has_schema(node) -> bool:
+    """Whether onnx knows the op (standard ops: its inference is trusted,
+    and a shape it leaves open is not guessed)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    try:
+        onnx.defs.get_schema(node.op_type, node.domain)
+        return True
+    except Exception:  # noqa: BLE001 - SchemaError: not a standard op
+        return False
+
+
+def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto):
+    """Outputs of ops onnx has no schema for (custom domains) are assumed to
+    keep the shape and type of their first input; inference is re-run from
+    there so that the rest of the graph resolves. Documented generic rule;
+    standard ops are never guessed."""
     for _ in range(8):
+        extra = _control_flow_shapes(nodes, shapes)
         todo = [n for n in nodes if any(o and o not in shapes for o in n.output)
-                and n.input and n.input[0] in shapes]
-        if not todo:
+                and n.input and n.input[0] in shapes and not _has_schema(n)]
+        if not todo and not extra:
             return shapes
-        extra = []
+        deadline.check("shape inference")
         for n in todo:
             elem, shape = shapes[n.input[0]]
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o in n.output if o and o not in shapes]
         sk.graph.value_info.extend(extra)
-        new, _ = infer_shapes(sk, needed, folded)
+        new, _ = infer_shapes(sk, needed, folded, deadline, proto)
         if len(new) <= len(shapes):
             return shapes
         shapes = new
     return shapes
 
 
-def _globals(x: np.ndarray, edge_attr: np.ndarray, batch_size: int) -> np.ndarray:
-    """Global features u in the order of ``layout.GLOBAL_COLUMNS``."""
+def _globals(x: np.ndarray, edge_attr: np.ndarray, batch_size: int,
+             params_unique: float, bytes_unique: float) -> np.ndarray:
+    """Global features u in the order of ``layout.GLOBAL_COLUMNS``.
+
+    ``params_total`` and ``weight_total`` count each weight tensor once
+    however many nodes read it (tied weights); the per-node ``weight``
+    statistics (mean, median, max) stay per use.
+    """
     n = x.shape[0]
     e = edge_attr.shape[0]
     vals = {"num_nodes": n, "num_edges": e,
@@ -219,7 +590,8 @@ def _globals(x: np.ndarray, edge_attr: np.ndarray, batch_size: int) -> np.ndarra
         vals[f"{name}_mean"] = col.mean()
         vals[f"{name}_median"] = float(np.median(col))
         vals[f"{name}_max"] = col.max()
-    vals["params_total"] = x[:, _NODE_IDX["params"]].sum()
+    vals["weight_total"] = bytes_unique
+    vals["params_total"] = params_unique
     vals["edge_size_mean"] = edge_attr[:, 0].mean() if e else 0.0
     vals["ai_model"] = vals["flops_total"] / vals["mac_total"] if vals["mac_total"] else 0.0
     return np.array([float(vals[c]) for c in layout.GLOBAL_COLUMNS], dtype=np.float64)

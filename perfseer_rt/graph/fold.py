@@ -17,6 +17,9 @@ SHAPE_OF = frozenset({"Shape", "Size"})
 #: Ops that are never constant even with constant inputs.
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                               "RandomUniformLike", "Multinomial", "Bernoulli"})
+#: Ops kept even on constant inputs: runtimes keep the low-precision weight
+#: and dequantize (or fuse) at run time, so the weight's stored bytes count.
+KEPT_ON_CONSTANTS = frozenset({"DequantizeLinear"})
 
 
 def fold_static(model: onnx.ModelProto, initializers: set[str]) -> tuple[set[str], list[int]]:
@@ -33,7 +36,7 @@ def fold_static(model: onnx.ModelProto, initializers: set[str]) -> tuple[set[str
     const: set[str] = set(initializers)
     kept: list[int] = []
     for i, node in enumerate(g.node):  # ONNX graphs are topologically sorted
-        if node.op_type in NONDETERMINISTIC or node.attribute and any(
+        if node.op_type in NONDETERMINISTIC or node.op_type in KEPT_ON_CONSTANTS or node.attribute and any(
                 a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                 for a in node.attribute):
             kept.append(i)

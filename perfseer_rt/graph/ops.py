@@ -57,7 +57,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
+import onnx
+
+from perfseer_rt.errors import GraphError
+from perfseer_rt.graph import dtypes
+from perfseer_rt.graph.limits import MAX_SPATIAL_ATTR
 
 
 @dataclass
@@ -66,14 +70,14 @@ class TensorInfo:
 
     name: str
     shape: tuple[int, ...]
-    itemsize: int
+    itemsize: float  # bytes per element; 0.5 for 4-bit types
 
     @property
     def elems(self) -> int:
         return int(math.prod(self.shape))
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> float:
         return self.elems * self.itemsize
 
 
@@ -109,6 +113,13 @@ PARAM_INPUTS: dict[str, frozenset[int]] = {
     "Clip": frozenset({1, 2}),
     "CumSum": frozenset({1}),
     "Trilu": frozenset({1}),
+    # quantized ops: scales and zero points are parameters
+    "QLinearConv": frozenset({1, 2, 4, 5, 6, 7}),
+    "QLinearMatMul": frozenset({1, 2, 4, 5, 6, 7}),
+    "MatMulInteger": frozenset({2, 3}), "ConvInteger": frozenset({2, 3}),
+    "QuantizeLinear": frozenset({1, 2}), "DequantizeLinear": frozenset({1, 2}),
+    "DynamicQuantizeMatMul": frozenset({2, 3}),
+    "MatMulIntegerToFloat": frozenset({2, 3, 4, 5}),
 }
 
 #: FLOPs per output element of element-wise ops.
@@ -155,13 +166,40 @@ def channel_dim(shape: tuple[int, ...]) -> int:
     return shape[1]
 
 
+def _check_range(what: str, values, lo: int) -> list[int]:
+    vals = [int(v) for v in values]
+    if any(not lo <= v <= MAX_SPATIAL_ATTR for v in vals):
+        raise GraphError(f"attribute {what}={vals} is outside {lo}..{MAX_SPATIAL_ATTR}")
+    return vals
+
+
+#: Ops whose spatial attributes :func:`check_spatial_attrs` validates.
+SPATIAL_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+                         "AveragePool", "LpPool"})
+
+
+def check_spatial_attrs(attrs: dict) -> None:
+    """Refuse conv/pool attributes out of range before shape inference sees
+    them (GraphError naming the attribute)."""
+    for key, lo in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0)):
+        if key in attrs:
+            _check_range(key, attrs[key] if isinstance(attrs[key], list) else [attrs[key]], lo)
+    if "group" in attrs and not 1 <= int(attrs["group"]) <= 2**31:
+        raise GraphError(f"attribute group={attrs['group']} is outside 1..{2**31}")
+
+
 def _spatial_attrs(attrs: dict, kernel: tuple[int, ...]) -> dict[str, float]:
-    """kernel/stride/pad/dilation hyper-parameters of a conv or pool."""
-    k = list(kernel) + [1, 1]
+    """kernel/stride/pad/dilation hyper-parameters of a conv or pool.
+
+    Raises:
+        GraphError: a kernel, stride or dilation below 1, a negative pad, or
+            any of them above MAX_SPATIAL_ATTR.
+    """
+    k = _check_range("kernel_shape", kernel, 1) + [1, 1]
     nd = len(kernel)
-    strides = list(attrs.get("strides", [1] * nd)) + [1, 1]
-    dil = list(attrs.get("dilations", [1] * nd)) + [1, 1]
-    pads = list(attrs.get("pads", [0] * (2 * nd)))
+    strides = _check_range("strides", attrs.get("strides", [1] * nd), 1) + [1, 1]
+    dil = _check_range("dilations", attrs.get("dilations", [1] * nd), 1) + [1, 1]
+    pads = _check_range("pads", attrs.get("pads", [0] * (2 * nd)), 0)
     begin = pads[:nd] + [0, 0]
     return {"kernel_h": k[0], "kernel_w": k[1], "stride_h": strides[0],
             "stride_w": strides[1], "pad_h": begin[0], "pad_w": begin[1],
@@ -172,6 +210,8 @@ def _conv(op, ins, outs, attrs):
     x, w = ins[0], ins[1]
     out = outs[0]
     groups = int(attrs.get("group", 1))
+    if groups < 1:
+        raise GraphError(f"attribute group={groups} is below 1")
     kernel = tuple(w.shape[2:]) if w is not None else tuple(attrs.get("kernel_shape", ()))
     has_bias = len(ins) > 2 and ins[2] is not None
     if op == "Conv":
@@ -271,6 +311,40 @@ def _elementwise(op, ins, outs, attrs):
     return NodeCost(per * outs[0].elems)
 
 
+def _qlinear_conv(op, ins, outs, attrs):
+    """QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B):
+    the Conv count on (x, w, B), plus requantization (2 per output)."""
+    base = _conv("Conv", [ins[0], ins[3], ins[8] if len(ins) > 8 else None], outs, attrs)
+    return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
+
+
+def _qlinear_matmul(op, ins, outs, attrs):
+    """QLinearMatMul (a, a_scale, a_zp, b, ...): the MatMul count plus
+    requantization (2 per output)."""
+    base = _matmul("MatMul", [ins[0], ins[3]], outs, attrs)
+    return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
+
+
+def _integer_matmul(op, ins, outs, attrs):
+    """MatMulInteger and its fused forms: the MatMul count (int8 MACs)."""
+    return _matmul("MatMul", ins[:2], outs, attrs)
+
+
+def _integer_conv(op, ins, outs, attrs):
+    return _conv("Conv", ins[:2], outs, attrs)
+
+
+def _dynamic_quantize(op, ins, outs, attrs):
+    """DynamicQuantizeLinear: min and max (2), scale, then round-and-clip
+    of every element (3): 5 per input element."""
+    return NodeCost(5 * ins[0].elems)
+
+
+def _quantize(op, ins, outs, attrs):
+    """(De)QuantizeLinear: scale and shift (2 per element)."""
+    return NodeCost(2 * outs[0].elems)
+
+
 def _zero(op, ins, outs, attrs):
     return NodeCost(0.0)
 
@@ -294,6 +368,11 @@ COST_RULES: dict[str, CostRule] = {
     "Resize": _resize, "Upsample": _resize,
     **{op: _elementwise for op in ELEMENTWISE_FLOPS},
     **{op: _zero for op in DATA_MOVEMENT},
+    "QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul,
+    "MatMulInteger": _integer_matmul, "DynamicQuantizeMatMul": _integer_matmul,
+    "MatMulIntegerToFloat": _integer_matmul, "ConvInteger": _integer_conv,
+    "DynamicQuantizeLinear": _dynamic_quantize,
+    "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
 }
 
 
@@ -322,16 +401,56 @@ def node_cost(op: str, ins: list, outs: list, attrs: dict) -> tuple[NodeCost, bo
     if rule is None:
         return _generic(op, ins, outs, attrs), False
     try:
-        return rule(op, ins, outs, attrs), True
+        cost, ruled = rule(op, ins, outs, attrs), True
     except (IndexError, AttributeError, TypeError, ZeroDivisionError, ValueError):
-        return _generic(op, ins, outs, attrs), False
+        cost, ruled = _generic(op, ins, outs, attrs), False
+    _check_cost(op, cost)
+    return cost, ruled
 
 
-def dtype_itemsize(elem_type: int) -> int:
-    """Bytes per element of an ONNX TensorProto data type (0 if unknown)."""
-    from onnx import helper
-
+def _check_cost(op: str, cost: NodeCost) -> None:
+    """Every number a rule returns is finite and non-negative, or the node's
+    attributes were nonsense: a GraphError, never a silent feature."""
     try:
-        return int(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
-    except (KeyError, TypeError, ValueError):
-        return 0
+        bad = [k for k, v in (("flops", cost.flops), *cost.hparams.items())
+               if not 0 <= float(v) < math.inf]
+    except (OverflowError, TypeError, ValueError):
+        bad = ["flops"]
+    if bad:
+        raise GraphError(f"a {op} node's attributes give a negative or non-finite "
+                         f"{', '.join(bad)}")
+
+
+def dtype_itemsize(elem_type: int) -> float:
+    """Bytes per element of an ONNX TensorProto data type.
+
+    Raises:
+        GraphError: UNDEFINED, STRING or unknown types (see :mod:`dtypes`).
+    """
+    return dtypes.itemsize(elem_type)
+
+
+_AT = onnx.AttributeProto
+
+
+def read_attrs(node: onnx.NodeProto) -> dict:
+    """The node's numeric and string attributes as plain Python values
+    (strings decoded as UTF-8 with replacement); tensors, graphs and string
+    lists are skipped, since no cost rule reads them."""
+    out: dict = {}
+    for a in node.attribute:
+        t = a.type
+        if t == _AT.UNDEFINED:  # very old files leave the type unset
+            t = (_AT.INTS if a.ints else _AT.FLOATS if a.floats else _AT.STRING if a.s
+                 else _AT.INT if a.HasField("i") else _AT.FLOAT if a.HasField("f") else 0)
+        if t == _AT.INT:
+            out[a.name] = a.i
+        elif t == _AT.INTS:
+            out[a.name] = list(a.ints)
+        elif t == _AT.FLOAT:
+            out[a.name] = a.f
+        elif t == _AT.FLOATS:
+            out[a.name] = list(a.floats)
+        elif t == _AT.STRING:
+            out[a.name] = a.s.decode("utf-8", "replace")
+    return out

@@ -35,6 +35,12 @@ class PerfGraph:
         feature_version: layout version the arrays follow.
         unknown_ops: op types that got the generic cost rule.
         input_shapes: the resolved shape of every graph input.
+        info: facts about the model that are not features (dominant dtype,
+            unique params and weight bytes, shared weights, weight inputs).
+        warnings: what a user should know about this extraction.
+
+    Construction checks that every feature is finite and non-negative
+    (:class:`~perfseer_rt.errors.GraphError` otherwise).
     """
 
     node_names: list[str]
@@ -48,10 +54,20 @@ class PerfGraph:
     feature_version: str = layout.FEATURE_VERSION
     unknown_ops: list[str] = field(default_factory=list)
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     node_columns = layout.NODE_COLUMNS
     edge_columns = layout.EDGE_COLUMNS
     global_columns = layout.GLOBAL_COLUMNS
+
+    def __post_init__(self) -> None:
+        for label, arr in (("node", self.x), ("edge", self.edge_attr), ("global", self.u)):
+            a = np.asarray(arr)
+            if a.size and not (np.isfinite(a).all() and (a >= 0).all()):
+                from perfseer_rt.errors import GraphError
+                raise GraphError(f"{label} features hold a negative or non-finite value; "
+                                 "the model's shapes or attributes are not plausible")
 
     @property
     def num_nodes(self) -> int:
@@ -113,6 +129,8 @@ class PerfGraph:
             "feature_version": self.feature_version,
             "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
             "unknown_ops": list(self.unknown_ops),
+            "warnings": list(self.warnings),
+            "info": dict(self.info),
             "global": self.globals,
             "nodes": nodes,
             "edges": edges,

@@ -1,11 +1,15 @@
 """Static shapes of every tensor: input resolution and shape inference.
 
-Dynamic input dims are resolved from the caller's batch size and explicit
+Dynamic input dims are resolved from the caller's batch size, named dims
+(``dims={"seq": 128}`` sets every input dim called ``seq``) and explicit
 input shapes; then onnx's shape inference (with data propagation) runs on a
 *skeleton* of the model whose large initializers carry no data, so models
-with 100 MB of embedded weights infer as fast as structure-only ones. When
-onnx leaves a tensor without a static shape, onnxruntime's symbolic shape
-inference is tried as a fallback.
+with 100 MB of embedded weights infer as fast as structure-only ones. Where
+onnx leaves a tensor unresolved, the small constant tensors of folded shape
+subgraphs are computed (onnx's reference evaluator, bounded by
+:data:`~perfseer_rt.graph.limits.MAX_CONST_ELEMS`) and inference runs again.
+No other engine runs: nothing is written to disk and nothing is imported
+beyond onnx.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import logging
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import ShapeError
+from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MIN_BATCH, Deadline
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,20 @@ SMALL_INITIALIZER = 64
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]  # (elem_type, shape)
 
+#: Input positions at which a static graph input is a weight (structure-only
+#: exports that turn parameters into graph inputs).
+WEIGHT_POSITIONS: dict[str, frozenset[int]] = {
+    "Conv": frozenset({1, 2}), "ConvTranspose": frozenset({1, 2}),
+    "Gemm": frozenset({1, 2}), "MatMul": frozenset({1}),
+    "BatchNormalization": frozenset({1, 2, 3, 4}),
+    "LayerNormalization": frozenset({1, 2}), "InstanceNormalization": frozenset({1, 2}),
+    "GroupNormalization": frozenset({1, 2}), "Gather": frozenset({0}),
+    "PRelu": frozenset({1}), "MatMulInteger": frozenset({1}),
+}
+#: Name endings that mark a graph input as a parameter wherever it is used.
+WEIGHT_SUFFIXES = (".weight", ".bias", ".running_mean", ".running_var", ".gamma", ".beta",
+                   "num_batches_tracked")
+
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The real inputs of the graph (initializers listed as inputs excluded)."""
@@ -34,20 +53,91 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [vi for vi in model.graph.input if vi.name not in inits]
 
 
+def _static_dims(vi: onnx.ValueInfoProto) -> Shape | None:
+    """The input's shape when every dim is a positive number, else None."""
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value <= 0:
+            return None
+        dims.append(d.dim_value)
+    return tuple(dims)
+
+
+def weight_inputs(model: onnx.ModelProto) -> dict[str, Shape]:
+    """Graph inputs that are weights: a fully static shape, and either a
+    parameter-like name (``*.weight``, ``*.bias``...) or used only at weight
+    positions (:data:`WEIGHT_POSITIONS`; a MatMul right operand only when
+    2-D). They are costed as weights and take no batch size."""
+    inputs = {vi.name: vi for vi in graph_inputs(model)}
+    if len(inputs) < 2:
+        return {}
+    static = {n: s for n, vi in inputs.items() if (s := _static_dims(vi)) is not None}
+    if not static:
+        return {}
+    uses: dict[str, list[bool]] = {n: [] for n in static}
+    matmul_rhs = set()  # a MatMul weight is 2-D; batched right operands are data
+    for node in model.graph.node:
+        if node.op_type in ("MatMul", "MatMulInteger") and len(node.input) > 1:
+            matmul_rhs.add(node.input[1])
+        pos_ok = WEIGHT_POSITIONS.get(node.op_type, frozenset())
+        for pos, t in enumerate(node.input):
+            if t in uses:
+                uses[t].append(pos in pos_ok)
+    found = {n: static[n] for n, u in uses.items()
+             if u and (all(u) or n.endswith(WEIGHT_SUFFIXES))
+             and (n not in matmul_rhs or len(static[n]) <= 2)}
+    if len(found) == len(inputs):  # at least one input must stay data
+        return {}
+    return found
+
+
+def _check_dim_value(what: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ShapeError(f"{what}: {value!r} is not an integer")
+    value = int(value)
+    if not 0 <= value <= MAX_DIM:
+        raise ShapeError(f"{what}: {value} is outside 0..{MAX_DIM}")
+    return value
+
+
+def check_batch(batch) -> int | None:
+    """``batch`` as an int in ``MIN_BATCH..MAX_BATCH`` (None stays None)."""
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)):
+        raise ShapeError(f"batch {batch!r} is not an integer")
+    if not MIN_BATCH <= int(batch) <= MAX_BATCH:
+        raise ShapeError(f"batch {batch} is outside the supported range "
+                         f"{MIN_BATCH}..{MAX_BATCH}")
+    return int(batch)
+
+
 def resolve_inputs(model: onnx.ModelProto, batch: int | None,
-                   input_shapes: dict[str, Shape] | None) -> dict[str, Shape]:
+                   input_shapes: dict[str, Shape] | None,
+                   dims: dict[str, int] | None = None,
+                   weights: dict[str, Shape] | None = None) -> dict[str, Shape]:
     """A static shape for every graph input.
 
-    Rules: an explicitly given shape wins (its rank must match); otherwise a
-    dynamic first dim takes ``batch`` (1 when no batch is given); a static
-    first dim that differs from ``batch`` is an error; any other dynamic dim
-    is an error naming the input and dim.
+    Rules: an explicitly given shape wins (its rank must match); weight
+    inputs (:func:`weight_inputs`) keep their static shape; a dynamic dim
+    whose symbolic name is in ``dims`` takes that value; otherwise a dynamic
+    first dim takes ``batch`` (1 when no batch is given); a static first dim
+    that differs from ``batch`` is an error. Every dim left unresolved is
+    listed in one error.
 
     Raises:
-        ShapeError: unknown input name, rank mismatch, batch conflict or an
-            unresolvable dynamic dim.
+        ShapeError: unknown input name, rank mismatch, batch conflict, a
+            value out of range, or unresolvable dynamic dims (all named).
     """
-    input_shapes = dict(input_shapes or {})
+    batch = check_batch(batch)
+    input_shapes = {name: tuple(_check_dim_value(f"input {name!r} dim {i}", d)
+                                for i, d in enumerate(shape))
+                    for name, shape in (input_shapes or {}).items()}
+    dims = {str(k): _check_dim_value(f"dim {k!r}", v) for k, v in (dims or {}).items()}
+    weights = weights or {}
     inputs = graph_inputs(model)
     names = [vi.name for vi in inputs]
     unknown = sorted(set(input_shapes) - set(names))
@@ -55,30 +145,36 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
         raise ShapeError(f"--input names {', '.join(unknown)} not among the model's inputs "
                          f"({', '.join(names) or 'none'})")
     resolved: dict[str, Shape] = {}
+    unresolved: list[str] = []
+    params_seen: set[str] = set()
     for vi in inputs:
-        ttype = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise ShapeError(f"input {vi.name!r} is not a tensor; only tensor inputs are supported")
-        dims = list(ttype.shape.dim) if ttype.HasField("shape") else None
+        ttype = vi.type.tensor_type
+        mdims = list(ttype.shape.dim) if ttype.HasField("shape") else None
         if vi.name in input_shapes:
-            shape = tuple(input_shapes[vi.name])
-            if dims is not None and len(dims) != len(shape):
+            shape = input_shapes[vi.name]
+            if mdims is not None and len(mdims) != len(shape):
                 raise ShapeError(f"--input {vi.name}: rank {len(shape)} given, the model's "
-                                 f"input has rank {len(dims)}")
-            for i, (d, want) in enumerate(zip(dims or [], shape)):
+                                 f"input has rank {len(mdims)}")
+            for i, (d, want) in enumerate(zip(mdims or [], shape)):
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != want:
                     raise ShapeError(f"--input {vi.name}: dim {i} is fixed to {d.dim_value} "
                                      f"in the model, {want} given")
-            if batch is not None and shape and shape[0] != batch:
+            if batch is not None and shape and shape[0] != batch and vi.name not in weights:
                 raise ShapeError(f"--input {vi.name}: first dim {shape[0]} conflicts with "
                                  f"--batch {batch}")
             resolved[vi.name] = shape
             continue
-        if dims is None:
-            raise ShapeError(f"input {vi.name!r} has no shape in the model; give it with "
-                             f"--input {vi.name}:D1xD2x...")
+        if vi.name in weights:
+            resolved[vi.name] = weights[vi.name]
+            continue
+        if mdims is None:
+            unresolved.append(f"input {vi.name!r} has no shape in the model (give it with "
+                              f"--input {vi.name}:D1xD2x...)")
+            continue
         shape = []
-        for i, d in enumerate(dims):
+        for i, d in enumerate(mdims):
             if d.HasField("dim_value") and d.dim_value > 0:
                 if i == 0 and batch is not None and d.dim_value != batch:
                     raise ShapeError(
@@ -86,16 +182,28 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                         f"--batch {batch} asked; re-export the model with a dynamic batch "
                         f"axis or use --batch {d.dim_value}")
                 shape.append(d.dim_value)
+            elif d.dim_param and d.dim_param in dims:
+                shape.append(dims[d.dim_param])
             elif i == 0:
                 shape.append(batch if batch is not None else 1)
             else:
                 label = f" ({d.dim_param!r})" if d.dim_param else ""
-                example = "x".join(str(x.dim_value) if x.HasField("dim_value") and x.dim_value > 0
-                                   else "N" for x in dims)
-                raise ShapeError(
-                    f"input {vi.name!r} dim {i}{label} is dynamic and cannot be resolved; "
-                    f"give the shape with --input {vi.name}:{example} (N = its size)")
+                unresolved.append(f"input {vi.name!r} dim {i}{label} is dynamic")
+                if d.dim_param:
+                    params_seen.add(d.dim_param)
+                shape.append(-1)
         resolved[vi.name] = tuple(shape)
+        for i, d in enumerate(shape):
+            if d > MAX_DIM:
+                raise ShapeError(f"input {vi.name!r} dim {i} is {d}, over the supported "
+                                 f"maximum {MAX_DIM}")
+    if unresolved:
+        hint = " ".join(f"--dim {p}=N" for p in sorted(params_seen))
+        raise ShapeError(
+            f"{len(unresolved)} input dim(s) cannot be resolved: "
+            + "; ".join(unresolved)
+            + f"; give them with {hint + ' or ' if hint else ''}--input NAME:D1xD2x... "
+            "(N = its size)")
     return resolved
 
 
@@ -104,7 +212,7 @@ def skeleton(model: onnx.ModelProto, inputs: dict[str, Shape]) -> onnx.ModelProt
 
     Large initializers become typed graph inputs (dims only, no data); small
     ones keep their values; graph inputs get the resolved static shapes;
-    graph outputs keep only their element type.
+    graph outputs keep only their names.
     """
     g = model.graph
     sk = onnx.ModelProto()
@@ -128,9 +236,8 @@ def skeleton(model: onnx.ModelProto, inputs: dict[str, Shape]) -> onnx.ModelProt
     for init in g.sparse_initializer:
         sg.input.append(helper.make_tensor_value_info(
             init.values.name, init.values.data_type, list(init.dims)))
-    for vo in g.output:
-        elem = vo.type.tensor_type.elem_type if vo.type.HasField("tensor_type") else 0
-        sg.output.append(helper.make_tensor_value_info(vo.name, elem, None))
+    for vo in g.output:  # untyped: a wrong declared type must not stop inference
+        sg.output.append(onnx.ValueInfoProto(name=vo.name))
     return sk
 
 
@@ -160,27 +267,34 @@ def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
     try:
         return _collect(onnx.shape_inference.infer_shapes(
             sk, check_type=False, strict_mode=False, data_prop=True))
-    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure leaves shapes to the next round
         log.debug("onnx shape inference failed: %s", exc)
         return None
 
 
-def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodeProto] = ()
+def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodeProto] = (),
+                 deadline: Deadline | None = None, model: onnx.ModelProto | None = None
                  ) -> tuple[dict[str, TypedShape], str]:
     """Infer static shapes; returns them and which engine produced them.
 
     ``needed`` are the tensors the caller must have shapes for. When onnx's
     inference (with data propagation) leaves some unresolved, the values of
-    the ``folded`` (constant) nodes are computed with onnx's reference
-    evaluator and injected as initializers, and inference runs again; as a
-    last resort onnxruntime's symbolic shape inference is tried.
+    the ``folded`` (constant) nodes are computed (:func:`evaluate_constants`)
+    and injected as initializers, and inference runs again, at most 16 rounds.
+    ``model`` (the original) lends the data of its initializers of at most
+    MAX_CONST_ELEMS elements (e.g. a 512-long position-id buffer that a
+    folded Slice cuts by the sequence length).
     """
     shapes = _onnx_infer(sk) or _collect(sk)
     engine = "onnx"
     values: dict[str, np.ndarray] = {}
-    for _ in range(8):
+    if model is not None and needed - shapes.keys() and folded:
+        values.update(_small_initializers(model, sk))
+    for _ in range(16):
         if not needed - shapes.keys() or not folded:
             break
+        if deadline is not None:
+            deadline.check("shape inference")
         new = evaluate_constants(sk, folded, shapes, values)
         if not new:
             break
@@ -190,24 +304,65 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
             break
         shapes.update(again)
         engine = "onnx+constant-evaluation"
-    missing = needed - shapes.keys()
-    if not missing:
-        return shapes, engine
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        sym = SymbolicShapeInference.infer_shapes(sk, auto_merge=True, guess_output_rank=True)
-    except Exception as exc:  # noqa: BLE001 - the fallback is best effort by design
-        log.debug("onnxruntime symbolic shape inference failed: %s", exc)
-        return shapes, engine
-    if sym is None:
-        return shapes, engine
-    sym_shapes = _collect(sym)
-    if len(needed - sym_shapes.keys()) < len(missing):
-        merged = dict(shapes)
-        merged.update(sym_shapes)
-        return merged, "onnxruntime-symbolic"
     return shapes, engine
+
+
+def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Data of the model's initializers that the skeleton left out but that
+    are small enough to compute with (at most MAX_CONST_ELEMS elements)."""
+    have = {t.name for t in sk.graph.initializer}
+    out = {}
+    for t in model.graph.initializer:
+        if t.name in have or t.data_location == TensorProto.EXTERNAL:
+            continue
+        if _elems(t.dims) > MAX_CONST_ELEMS or t.data_type not in (6, 7, 1, 9):
+            continue
+        try:
+            out[t.name] = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+            continue
+    return out
+
+
+def _elems(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= max(int(d), 0)
+    return n
+
+
+#: Folded ops whose output size is set by their inputs' values.
+_SIZED_BY_VALUE = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
+
+
+def _output_too_big(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> bool:
+    """Whether a folded node would materialise more than MAX_CONST_ELEMS
+    elements (ConstantOfShape/Expand/Tile/Range sized by their inputs)."""
+    try:
+        if any(i in avail and np.asarray(avail[i]).size > MAX_CONST_ELEMS for i in node.input):
+            return True
+        op = node.op_type
+        if op == "ConstantOfShape":
+            return _elems(np.asarray(avail[node.input[0]]).ravel()) > MAX_CONST_ELEMS
+        if op == "Expand":
+            x = np.asarray(avail[node.input[0]])
+            want = np.asarray(avail[node.input[1]]).ravel()
+            r = max(x.ndim, len(want))
+            xs = (1,) * (r - x.ndim) + x.shape
+            ws = (1,) * (r - len(want)) + tuple(int(v) for v in want)
+            return _elems(max(a, b) for a, b in zip(xs, ws)) > MAX_CONST_ELEMS
+        if op == "Tile":
+            x = np.asarray(avail[node.input[0]])
+            reps = np.asarray(avail[node.input[1]]).ravel()
+            return x.size * _elems(reps) > MAX_CONST_ELEMS
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(avail[i]).ravel()[0]) for i in node.input[:3])
+            if delta == 0 or not np.isfinite([start, limit, delta]).all():
+                return True
+            return (limit - start) / delta > MAX_CONST_ELEMS
+    except (KeyError, IndexError, ValueError, TypeError, OverflowError):
+        return True
+    return False
 
 
 def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
@@ -217,16 +372,19 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
 
     ``Shape``/``Size`` take their input's inferred shape; other folded nodes
     run in onnx's reference evaluator when all their inputs have values
-    (initializers with data, or earlier results). Nodes that need weights
-    without data, or shapes not yet inferred, wait for a later round.
+    (initializers with data, or earlier results) and no input or output is
+    larger than MAX_CONST_ELEMS. Nodes that need weights without data, or
+    shapes not yet inferred, wait for a later round.
     """
-    from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
+    from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
 
     avail: dict[str, np.ndarray] = dict(known)
     for init in sk.graph.initializer:
         if init.name not in avail:
-            avail[init.name] = numpy_helper.to_array(init)
+            try:
+                avail[init.name] = numpy_helper.to_array(init)
+            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+                continue
     new: dict[str, np.ndarray] = {}
     pending: list[onnx.NodeProto] = []
     ready = set(avail)
@@ -235,17 +393,24 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
         if all(o in avail for o in outs):
             continue
         if node.op_type in ("Shape", "Size"):
-            if node.input[0] in shapes:
+            if node.input and node.input[0] in shapes:
                 dims = np.array(shapes[node.input[0]][1], dtype=np.int64)
                 if node.op_type == "Size":
                     val = np.array(int(np.prod(dims)), dtype=np.int64)
                 else:
                     attrs = {a.name: a.i for a in node.attribute}
                     val = dims[attrs.get("start", 0):attrs.get("end")]
-                avail[outs[0]] = new[outs[0]] = val
-                ready.add(outs[0])
+                if outs:
+                    avail[outs[0]] = new[outs[0]] = val
             continue
-        if all(i == "" or i in ready for i in node.input):
+        if node.op_type == "Constant" and not _constant_has_data(node):
+            continue  # a structure-only export stripped its value
+        if node.op_type in _SIZED_BY_VALUE:  # its size needs its inputs' values now
+            ok = all(i == "" or i in avail for i in node.input) and not _output_too_big(node, avail)
+        else:
+            ok = all(i == "" or i in ready for i in node.input) and not _output_too_big(
+                node, {i: avail[i] for i in node.input if i in avail})
+        if ok:
             pending.append(node)
             ready.update(outs)
     if pending:
@@ -257,25 +422,61 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
         model = helper.make_model(graph, opset_imports=list(sk.opset_import))
         try:
             outs = ReferenceEvaluator(model).run(None, {})
-        except Exception as exc:  # noqa: BLE001 - unsupported op: leave those unresolved
+            names = [o for n in pending for o in n.output if o]
+        except Exception as exc:  # noqa: BLE001 - some op failed: go node by node
             log.debug("constant evaluation failed: %s", exc)
-            return new
-        names = [o for n in pending for o in n.output if o]
-        new.update({n: np.asarray(v) for n, v in zip(names, outs)})
+            names, outs = _one_by_one(pending, avail, sk.opset_import)
+        new.update({n: np.asarray(v) for n, v in zip(names, outs)
+                    if np.asarray(v).size <= MAX_CONST_ELEMS})
     return new
+
+
+def _constant_has_data(node: onnx.NodeProto) -> bool:
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            return a.t.data_location != TensorProto.EXTERNAL
+    return True
+
+
+def _one_by_one(pending, avail, opsets) -> tuple[list[str], list]:
+    """Evaluate ``pending`` node by node, skipping those that fail and the
+    nodes that need their outputs."""
+    from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
+
+    vals = dict(avail)
+    names, outs = [], []
+    for node in pending:
+        if not all(i == "" or i in vals for i in node.input):
+            continue
+        inputs = [i for i in dict.fromkeys(node.input) if i]
+        graph = helper.make_graph(
+            [node], "constant", [], [onnx.ValueInfoProto(name=o) for o in node.output if o],
+            initializer=[numpy_helper.from_array(np.asarray(vals[i]), i) for i in inputs])
+        try:
+            res = ReferenceEvaluator(helper.make_model(graph, opset_imports=list(opsets))
+                                     ).run(None, {})
+        except Exception:  # noqa: BLE001 - this node stays unresolved
+            continue
+        for o, v in zip([o for o in node.output if o], res):
+            vals[o] = v
+            names.append(o)
+            outs.append(v)
+    return names, outs
 
 
 def _with_values(sk: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
     """The skeleton with computed constants as initializers and their
     producing nodes removed."""
-    from onnx import numpy_helper
-
     out = onnx.ModelProto()
     out.CopyFrom(sk)
     keep = [n for n in out.graph.node if not all(o in values for o in n.output if o)]
     del out.graph.node[:]
     out.graph.node.extend(keep)
     have = {t.name for t in out.graph.initializer}
-    out.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k)
-                                 for k, v in values.items() if k not in have)
+    for k, v in values.items():
+        if k not in have:
+            try:
+                out.graph.initializer.append(numpy_helper.from_array(np.asarray(v), k))
+            except Exception:  # noqa: BLE001 - a value onnx cannot store stays unknown
+                continue
     return out

@@ -92,6 +92,7 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
         warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
                         f"{min(batches)}..{max(batches)}")
+    warnings.extend(graph.warnings)
     if graph.unknown_ops:
         warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
     return warnings
@@ -109,7 +110,8 @@ def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
 def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
-            model: str | None = None, precision: str | None = None) -> list[dict]:
+            model: str | None = None, precision: str | None = None,
+            dims: dict[str, int] | None = None) -> list[dict]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -124,6 +126,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         precision: GPU-prior devices only: ``fp32`` (default) or
             ``fp16-tc`` / ``bf16-tc`` (tensor-core assumption, see
             :mod:`perfseer_rt.gpu.predict`).
+        dims: symbolic input dims by name, as for :func:`perfseer_rt.extract`.
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -140,13 +143,14 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
     pred = get_predictor(device)
     if pred.kind == "gpu-prior":
         return predict_gpu(pred, models, batch=batch, metrics=_wanted(pred, metrics),
-                           input_shapes=input_shapes, precision=precision)
+                           input_shapes=input_shapes, precision=precision, dims=dims)
     if precision not in (None, "fp32"):
         raise MetricError(f"--precision {precision!r} applies to GPU-prior devices only; "
                           f"{pred.device!r} predicts its measured precision")
     pred.model_file(model)  # an unknown model fails before any extraction
     wanted = _wanted(pred, metrics)
-    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes)
+    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes,
+                                                         dims=dims)
               for m in models]
     if not graphs:
         return []

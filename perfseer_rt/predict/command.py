@@ -121,7 +121,7 @@ def render_table(results: list[dict]) -> str:
 
 
 def predict_many(models: list[str], batches: list[int | None], *, device=None, metrics=None,
-                 input_shapes=None, model_name=None, precision=None,
+                 input_shapes=None, model_name=None, precision=None, dims=None,
                  progress: bool | None = None) -> list[dict]:
     """Predict every model at every batch size: extraction per (model, batch)
     with a progress bar on stderr when there are many, then one batched
@@ -136,7 +136,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device=None, m
     jobs = [(m, b) for m in models for b in batches]
     show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
-    graphs = [extract(m, batch=b, input_shapes=input_shapes)
+    graphs = [extract(m, batch=b, input_shapes=input_shapes, dims=dims)
               for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
                                file=sys.stderr)]
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
@@ -152,6 +152,8 @@ _model_opt = click.option("--model", "model_name", default=None,
                           help="Which of the device's predictors (default: the most accurate).")
 _input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
                           help="Shape of one graph input (repeatable).")
+_dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+                        help="Size of every input dim with this symbolic name (repeatable).")
 
 
 @click.command()
@@ -159,6 +161,7 @@ _input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD
 @click.option("--batch", "batch", default=None, metavar="N[,N...]",
               help="Batch size(s), e.g. 8 or 1,8,32 (default: the model's own, else 1).")
 @_input_opt
+@_dim_opt
 @_device_opt
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
 @_model_opt
@@ -167,14 +170,14 @@ _input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD
                    "tensor-core peak under a stated assumption.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
-def predict(models, batch, inputs, device, metrics, model_name, precision, as_json):
+def predict(models, batch, inputs, dims, device, metrics, model_name, precision, as_json):
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
-    from perfseer_rt.cli import emit_json, parse_input_shapes
+    from perfseer_rt.cli import emit_json, parse_dims, parse_input_shapes
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
-                           model_name=model_name, precision=precision)
+                           model_name=model_name, precision=precision, dims=parse_dims(dims))
     if as_json:
         emit_json(results)
     else:

@@ -1,0 +1,133 @@
+"""Issue 13's extraction speed targets, as ratios against peers measured in
+the same run, in CPU time (``time.process_time``; the machine is shared).
+
+* ResNet-50 structure-only (the zoo's export, built once into
+  ``benchmarks/.cache``): extract vs protobuf parse of the same bytes;
+  targets <= 2 CPU-ms and <= 10x the parse.
+* BERT-base structure-only (``tests/models/bert_base.onnx``, seq 128):
+  extract vs parse; target <= 10 CPU-ms.
+* A 100,000-node graph (a MatMul/Add/Relu chain): extract in a child
+  process, CPU seconds and the child's peak RSS (and its peak before extracting); targets <= 2 CPU-s, <= 500 MB.
+* cold ``perfseer-rt predict`` on ResNet-18 vs ``python -c "import
+  onnxruntime"`` (children's CPU time); target <= 1.3x.
+
+Run: ``python -m benchmarks.bench_extract_targets [--repeat 7]``. Prints one
+table; exits 0 whatever the result (it reports, it does not gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from perfseer_rt import extract  # noqa: E402
+
+
+def cpu_ms(fn, repeat: int) -> float:
+    """Median CPU milliseconds of ``fn()`` over ``repeat`` calls (after one warm-up)."""
+    fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        out.append((time.process_time() - t0) * 1e3)
+    return statistics.median(out)
+
+
+def resnet50_structure() -> Path:
+    from benchmarks.bench_extract import build_models
+
+    return build_models("resnet:depth=50,width=1.0,res=224")[1]
+
+
+def big_chain(n: int) -> bytes:
+    """n nodes: MatMul -> Add -> Relu repeated on a (1, 64) activation."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    nodes, prev = [], "x"
+    w = numpy_helper.from_array(np.zeros((64, 64), np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(64, np.float32), "b")
+    for i in range(n):
+        op = ("MatMul", "Add", "Relu")[i % 3]
+        ins = [prev, "w"] if op == "MatMul" else [prev, "b"] if op == "Add" else [prev]
+        nodes.append(helper.make_node(op, ins, [f"t{i}"], name=f"n{i}"))
+        prev = f"t{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], [w, b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+_CHILD = """
+import resource, sys, time
+sys.path.insert(0, {root!r})
+from benchmarks.bench_extract_targets import big_chain
+from perfseer_rt import extract
+data = big_chain({n})
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.process_time()
+g = extract(data)
+t = time.process_time() - t0
+rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(t, rss1 / 1024, g.num_nodes, rss0 / 1024)
+"""
+
+
+def child_cpu_s(cmd: list[str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--nodes", type=int, default=100_000)
+    args = ap.parse_args()
+    rows = []
+
+    for label, path, kw, target_ms in (
+            ("ResNet-50 structure-only", resnet50_structure(), {"batch": 1}, 2.0),
+            ("BERT-base structure-only, seq 128", ROOT / "tests/models/bert_base.onnx",
+             {"dims": {"seq": 128}}, 10.0)):
+        data = path.read_bytes()
+        parse = cpu_ms(lambda: onnx.ModelProto.FromString(data), args.repeat)
+        ours = cpu_ms(lambda: extract(data, **kw), args.repeat)
+        rows.append((label, f"{ours:.1f} CPU-ms", f"{ours / parse:.0f}x parse ({parse:.2f} ms)",
+                     f"<= {target_ms:g} ms, <= 10x parse"))
+
+    out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), n=args.nodes)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    t, mb, n, base = float(out[0]), float(out[1]), int(out[2]), float(out[3])
+    rows.append((f"{n:,}-node chain", f"{t:.2f} CPU-s",
+                 f"{mb:.0f} MB peak RSS ({base:.0f} MB before extracting)",
+                 "<= 2 CPU-s, <= 500 MB"))
+
+    model = str(ROOT / "examples" / "resnet18.onnx")
+    exe = str(Path(sys.executable).with_name("perfseer-rt"))
+    ort = statistics.median(child_cpu_s([sys.executable, "-c", "import onnxruntime"])
+                            for _ in range(3))
+    cold = statistics.median(child_cpu_s([exe, "predict", model]) for _ in range(3))
+    rows.append(("cold `perfseer-rt predict` ResNet-18", f"{cold:.2f} CPU-s",
+                 f"{cold / ort:.2f}x `import onnxruntime` ({ort:.2f} s)", "<= 1.3x"))
+
+    width = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, width)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

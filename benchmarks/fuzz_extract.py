@@ -1,0 +1,373 @@
+"""Fuzz the PerfGraph extractor with mutated ONNX protobufs (issue 13).
+
+Seeds are real models (``examples/*.onnx``, ``tests/models/*.onnx``) and
+small hand-built graphs (conv chain with a shape subgraph, an attention
+block, a custom op, a quantized MatMul). Each case takes one seed and 1-3
+mutations: names (incl. invalid UTF-8, at the byte level), element types
+(0, STRING, 99, negative, huge), dims (0, -1, 2^31, 2^40, symbolic), attributes
+(huge/negative/zero pads, strides, kernels, groups, axes; wrong attribute
+types), truncation, byte flips, node deletion/duplication/reordering, op type
+swaps, graph growth (a long chain), and the batch (0, 65537, 2^40...).
+
+Every case runs in-process in a fresh temporary working directory, with a
+watchdog (``faulthandler`` dumps the stacks and exits if one case hangs for
+``--hang-s``). Counted per case:
+
+* ``ok`` / ``typed`` (a PerfSeerError, by class) / ``internal`` (typed, but
+  from the extractor's last-resort guard: a bug to fix) / ``traceback``
+  (any other exception);
+* ``slow``: over 5 CPU-seconds;
+* ``bad_features``: a non-finite or negative feature in a returned graph;
+* ``files_written``: anything left in the working directory or the seed
+  directories.
+
+Case ``i`` of seed ``s`` is reproducible alone (``--only i``).
+Run: ``python -m benchmarks.fuzz_extract --cases 10000 --seed 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.errors import PerfSeerError  # noqa: E402
+
+SLOW_S = 5.0
+HUGE = [0, -1, -7, 1, 2, 3, 2**31 - 1, 2**31, 2**40, 2**62, 65537]
+DTYPES = [0, 1, 2, 3, 7, 8, 10, 11, 16, 17, 21, 22, 26, 28, 29, 99, 2**31 - 1]
+BATCHES = [None, None, None, 1, 2, 16, 0, -1, 65536, 65537, 2**40]
+OPS = ["Relu", "Conv", "MatMul", "Gemm", "Reshape", "Add", "Softmax", "Foo", "Loop",
+       "ConstantOfShape", "Expand", "Tile", "Range", "Pad", "Resize", "Einsum",
+       "QLinearConv", "MatMulInteger", "If", "Gather", "Slice", "TopK", "NonZero"]
+
+
+# --------------------------------------------------------------------- seeds
+def _const(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def _model(nodes, inputs, outputs, inits, opset=17, domains=()):
+    g = helper.make_graph(nodes, "seed", inputs, outputs, initializer=inits)
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    m = helper.make_model(g, opset_imports=imports)
+    m.ir_version = 8
+    return m
+
+
+def built_seeds() -> list[bytes]:
+    """Small graphs covering the extractor's paths."""
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    rng = np.random.default_rng(0)
+    conv = _model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1], name="conv"),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+         helper.make_node("Shape", ["p"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "zero"], ["n"], axis=0, name="gather"),
+         helper.make_node("Unsqueeze", ["n", "ax"], ["n1"], name="unsq"),
+         helper.make_node("Concat", ["n1", "m1"], ["ns"], axis=0, name="concat"),
+         helper.make_node("Reshape", ["p", "ns"], ["flat"], name="reshape"),
+         helper.make_node("Gemm", ["flat", "fw", "fb"], ["y"], transB=1, name="fc")],
+        [vi("x", f, ["N", 3, 8, 8])], [vi("y", f, None)],
+        [_const("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+         _const("zero", np.array(0, np.int64)), _const("ax", np.array([0], np.int64)),
+         _const("m1", np.array([-1], np.int64)),
+         _const("fw", rng.standard_normal((10, 64)).astype(np.float32)),
+         _const("fb", np.zeros(10, np.float32))])
+    attn = _model(
+        [helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
+         helper.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
+         helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
+         helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+         helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+         helper.make_node("MatMul", ["p", "x"], ["o"], name="ctx"),
+         helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], axis=-1, name="ln")],
+        [vi("x", f, ["batch", 8, 16])], [vi("y", f, None)],
+        [_const("wq", np.ones((16, 16), np.float32)), _const("wk", np.ones((16, 16), np.float32)),
+         _const("g", np.ones(16, np.float32)), _const("b", np.zeros(16, np.float32))])
+    custom = _model(
+        [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+         helper.make_node("MyOp", ["a"], ["b"], domain="com.example", name="custom"),
+         helper.make_node("Add", ["b", "x"], ["y"], name="add")],
+        [vi("x", f, [1, 32])], [vi("y", f, None)], [], domains=("com.example",))
+    quant = _model(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+         helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["yi"], name="mmi"),
+         helper.make_node("Cast", ["yi"], ["y"], to=TensorProto.FLOAT, name="cast")],
+        [vi("x", f, ["N", 32])], [vi("y", f, None)],
+        [_const("w", np.ones((32, 8), np.int8)), _const("wz", np.array(0, np.int8))])
+    cos = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("ConstantOfShape", ["s"], ["c"]),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        [vi("x", f, ["N", 64, 64])], [vi("y", f, None)], [])
+    return [m.SerializeToString() for m in (conv, attn, custom, quant, cos)]
+
+
+def file_seeds() -> list[bytes]:
+    paths = sorted((ROOT / "examples").glob("*.onnx")) + sorted((ROOT / "tests" / "models").glob("*.onnx"))
+    return [p.read_bytes() for p in paths if p.stat().st_size < 4 << 20]
+
+
+# ----------------------------------------------------------------- mutations
+def _names(m: onnx.ModelProto) -> list[str]:
+    g = m.graph
+    out = [n.name for n in g.node if n.name] + [t for n in g.node for t in list(n.input) + list(n.output) if t]
+    return [s for s in out if len(s) >= 1]
+
+
+def _all_vis(m):
+    g = m.graph
+    return list(g.input) + list(g.output) + list(g.value_info)
+
+
+def mut_dtype(m, r):
+    targets = [vi.type.tensor_type for vi in _all_vis(m) if vi.type.HasField("tensor_type")]
+    inits = list(m.graph.initializer)
+    if inits and (not targets or r.random() < 0.5):
+        r.choice(inits).data_type = r.choice(DTYPES)
+    elif targets:
+        r.choice(targets).elem_type = r.choice(DTYPES)
+
+
+def mut_dim(m, r):
+    inits = list(m.graph.initializer)
+    vis = [vi for vi in m.graph.input if vi.type.tensor_type.shape.dim]
+    if inits and (not vis or r.random() < 0.4):
+        t = r.choice(inits)
+        if t.dims:
+            t.dims[r.randrange(len(t.dims))] = r.choice(HUGE)
+        return
+    if vis:
+        dims = r.choice(vis).type.tensor_type.shape.dim
+        d = dims[r.randrange(len(dims))]
+        if r.random() < 0.25:
+            d.dim_param = r.choice(["N", "seq", "", "batch"])
+        else:
+            d.dim_value = r.choice([v for v in HUGE if v >= -(2**62)])
+
+
+def mut_attr(m, r):
+    nodes = [n for n in m.graph.node if n.attribute] or list(m.graph.node)
+    n = r.choice(nodes)
+    choice = r.random()
+    if n.attribute and choice < 0.6:
+        a = r.choice(list(n.attribute))
+        if a.ints:
+            a.ints[r.randrange(len(a.ints))] = r.choice(HUGE)
+        elif a.type == onnx.AttributeProto.INT:
+            a.i = r.choice(HUGE)
+        elif a.type == onnx.AttributeProto.FLOAT:
+            a.f = r.choice([float("nan"), float("inf"), -1e30, 0.0])
+        else:
+            a.type = r.choice([0, 1, 2, 3, 4, 5, 6, 7, 8, 99])
+    elif choice < 0.8:
+        name = r.choice(["pads", "strides", "kernel_shape", "group", "axis", "perm", "to", "equation",
+                         "mode", "dilations", "num_heads"])
+        kind = r.random()
+        if kind < 0.5:
+            n.attribute.append(helper.make_attribute(name, [r.choice(HUGE) for _ in range(r.randint(0, 6))]))
+        elif kind < 0.8:
+            n.attribute.append(helper.make_attribute(name, r.choice(HUGE)))
+        else:
+            n.attribute.append(helper.make_attribute(name, [b"a", b"\xff\xfe"]))
+    else:
+        body = helper.make_graph([helper.make_node("Relu", ["bx"], ["by"])], "body",
+                                 [helper.make_tensor_value_info("bx", 1, [1])],
+                                 [helper.make_tensor_value_info("by", 1, [1])])
+        n.attribute.append(helper.make_attribute(r.choice(["body", "then_branch", "else_branch"]), body))
+
+
+def mut_op(m, r):
+    n = r.choice(list(m.graph.node))
+    n.op_type = r.choice(OPS)
+    if r.random() < 0.2:
+        n.domain = r.choice(["", "com.microsoft", "ai.onnx.ml", "x"])
+
+
+def mut_graph(m, r):
+    g = m.graph
+    nodes = list(g.node)
+    k = r.random()
+    if k < 0.25 and len(nodes) > 1:
+        del g.node[r.randrange(len(nodes))]
+    elif k < 0.45:
+        g.node.append(r.choice(nodes))  # duplicate producer of the same tensor
+    elif k < 0.6:
+        r.shuffle(nodes)
+        del g.node[:]
+        g.node.extend(nodes)
+    elif k < 0.7 and len(g.input):
+        del g.input[r.randrange(len(g.input))]
+    elif k < 0.8:
+        g.node[r.randrange(len(nodes))].input.append(r.choice(["", "nope", g.node[0].output[0]]))
+    else:  # growth: a long chain after the first output
+        src = g.output[0].name
+        n_add = r.choice([100, 1000, 5000, 20000])
+        prev = src
+        for i in range(n_add):
+            g.node.append(helper.make_node("Relu", [prev], [f"grow{i}"]))
+            prev = f"grow{i}"
+        g.output[0].name = prev
+
+
+def mut_name_bytes(data: bytes, m, r) -> bytes:
+    """Replace one name by bytes of the same length, often invalid UTF-8."""
+    names = _names(m)
+    if not names:
+        return data
+    name = r.choice(names).encode("utf-8", "surrogateescape")
+    junk = bytes(r.choice([0xff, 0xfe, 0xc0, 0x80, 0x00, 0x41, 0xed]) for _ in range(len(name)))
+    return data.replace(name, junk, r.choice([1, -1]))
+
+
+def mut_bytes(data: bytes, r) -> bytes:
+    if r.random() < 0.5:
+        return data[:r.randrange(len(data))]  # truncation
+    b = bytearray(data)
+    for _ in range(r.randint(1, 8)):
+        b[r.randrange(len(b))] = r.randrange(256)
+    return bytes(b)
+
+
+PROTO_MUTATIONS = [mut_dtype, mut_dim, mut_attr, mut_op, mut_graph]
+
+
+def make_case(seeds: list[bytes], seed: int, i: int) -> tuple[bytes, int | None, list[str]]:
+    """The bytes and batch of case ``i`` (deterministic in seed and i)."""
+    r = random.Random(seed * 1_000_003 + i)
+    data = r.choice(seeds)
+    m = onnx.ModelProto()
+    m.ParseFromString(data)
+    applied = []
+    for _ in range(r.randint(1, 3)):
+        kind = r.random()
+        if kind < 0.8:
+            fn = r.choice(PROTO_MUTATIONS)
+            try:
+                fn(m, r)
+                applied.append(fn.__name__)
+            except (IndexError, ValueError, TypeError):
+                pass
+    data = m.SerializeToString()
+    if r.random() < 0.2:
+        data = mut_name_bytes(data, m, r)
+        applied.append("mut_name_bytes")
+    if r.random() < 0.1:
+        data = mut_bytes(data, r)
+        applied.append("mut_bytes")
+    return data, r.choice(BATCHES), applied
+
+
+# ---------------------------------------------------------------------- run
+def run_case(data: bytes, batch, watch_dirs: list[Path]) -> dict:
+    before = {d: set(os.listdir(d)) for d in watch_dirs}
+    t0 = time.process_time()
+    res: dict = {"outcome": "ok"}
+    try:
+        g = extract(data, batch=batch)
+        arrays = (g.x, g.edge_attr, g.u)
+        if not all(np.isfinite(a).all() and (a >= 0).all() for a in arrays if a.size):
+            res["bad_features"] = True
+    except PerfSeerError as exc:
+        res["outcome"] = "internal" if getattr(exc, "internal", False) else "typed"
+        res["error"] = type(exc).__name__
+        res["message"] = str(exc)[:200]
+    except BaseException as exc:  # noqa: BLE001 - what the fuzzer exists to count
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        res["outcome"] = "traceback"
+        res["error"] = type(exc).__name__
+        res["message"] = str(exc)[:200]
+    res["cpu_s"] = time.process_time() - t0
+    res["written"] = sorted(str(d / f) for d in watch_dirs for f in set(os.listdir(d)) - before[d])
+    return res
+
+
+def fuzz(cases: int, seed: int, hang_s: float = 120.0, only: int | None = None,
+         crashes: Path | None = None, progress: bool = True) -> dict:
+    """Run ``cases`` cases; returns the summary (counts and failing cases)."""
+    seeds = built_seeds() + file_seeds()
+    summary: Counter = Counter()
+    errors: Counter = Counter()
+    failures: list[dict] = []
+    slowest = (0.0, -1)
+    old_cwd = os.getcwd()
+    indices = [only] if only is not None else range(cases)
+    try:
+        from tqdm import tqdm
+        it = tqdm(indices, desc="fuzz", unit="case", disable=not progress, mininterval=2)
+    except ImportError:  # tqdm is optional here
+        it = indices
+    with tempfile.TemporaryDirectory(prefix="psrt-fuzz-") as tmp:
+        os.chdir(tmp)
+        watch = [Path(tmp), ROOT, ROOT / "examples", Path(old_cwd)]
+        try:
+            for i in it:
+                data, batch, applied = make_case(seeds, seed, i)
+                faulthandler.dump_traceback_later(hang_s, exit=True)
+                res = run_case(data, batch, watch)
+                faulthandler.cancel_dump_traceback_later()
+                summary[res["outcome"]] += 1
+                if "error" in res and res["outcome"] == "typed":
+                    errors[res["error"]] += 1
+                bad = res["outcome"] in ("traceback", "internal") or res.get("bad_features") \
+                    or res["written"] or res["cpu_s"] > SLOW_S
+                summary["slow"] += res["cpu_s"] > SLOW_S
+                summary["bad_features"] += bool(res.get("bad_features"))
+                summary["files_written"] += bool(res["written"])
+                slowest = max(slowest, (res["cpu_s"], i))
+                if bad:
+                    failures.append({"case": i, "batch": batch, "mutations": applied, **res})
+                    if crashes is not None:
+                        crashes.mkdir(parents=True, exist_ok=True)
+                        (crashes / f"seed{seed}_case{i}.onnx").write_bytes(data)
+        finally:
+            os.chdir(old_cwd)
+    return {"cases": len(indices), "seed": seed, "ok": summary["ok"], "typed": summary["typed"],
+            "internal": summary["internal"], "traceback": summary["traceback"],
+            "slow_over_5s": summary["slow"], "bad_features": summary["bad_features"],
+            "files_written": summary["files_written"], "typed_by_class": dict(errors),
+            "slowest_cpu_s": round(slowest[0], 3), "slowest_case": slowest[1],
+            "failures": failures[:50]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", type=int, default=None, help="run case I alone")
+    ap.add_argument("--hang-s", type=float, default=120.0,
+                    help="wall seconds before the watchdog dumps stacks and exits")
+    ap.add_argument("--crashes", type=Path, default=None,
+                    help="directory to save failing cases' bytes")
+    args = ap.parse_args()
+    t0 = time.process_time()
+    out = fuzz(args.cases, args.seed, args.hang_s, args.only, args.crashes)
+    out["total_cpu_s"] = round(time.process_time() - t0, 1)
+    print(json.dumps(out, indent=1))
+    bad = out["traceback"] + out["internal"] + out["slow_over_5s"] + out["bad_features"] \
+        + out["files_written"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

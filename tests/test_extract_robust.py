@@ -1,0 +1,302 @@
+"""Extractor robustness: validation before arithmetic, typed errors only,
+bounded time, nothing written, tied weights counted once (issues 13, 17)."""
+
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from perfseer_rt import extract
+from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
+from perfseer_rt.graph import dtypes
+from perfseer_rt.graph.limits import MAX_BATCH
+from tests.onnx_builders import const, model, single_op
+
+
+def _add_with_weight(dtype=TensorProto.FLOAT):
+    return single_op("Add", [1, 4], inits=[const("w", (1, 4))], extra_inputs=["w"])
+
+
+def test_name_that_is_not_utf8_is_a_graph_error():
+    data = single_op("Relu", [1, 4]).SerializeToString().replace(b"\n\x01x", b"\n\x01\xfe")
+    data = data.replace(b"\x01x", b"\x01\xfe")
+    with pytest.raises(GraphError, match="not valid UTF-8"):
+        extract(data)
+
+
+def test_strings_attribute_is_ignored():
+    m = single_op("Relu", [1, 4])
+    m.graph.node[0].attribute.append(helper.make_attribute("labels", [b"a", b"\xff"]))
+    assert extract(m).globals["flops_total"] == 4
+
+
+@pytest.mark.parametrize("elem,message", [(99, "unknown element type 99"),
+                                          (TensorProto.STRING, "STRING tensor"),
+                                          (0, "no element type")])
+def test_bad_initializer_dtype(elem, message):
+    m = _add_with_weight()
+    m.graph.initializer[0].data_type = elem
+    with pytest.raises(GraphError, match=message):
+        extract(m)
+
+
+def test_undefined_input_type_feeding_matmul_is_an_error_not_a_hang():
+    m = single_op("MatMul", [1, 4], inits=[const("w", (4, 4))], extra_inputs=["w"])
+    m.graph.input[0].type.tensor_type.elem_type = 0
+    t0 = time.process_time()
+    with pytest.raises(GraphError, match="input 'x' has no element type"):
+        extract(m)
+    assert time.process_time() - t0 < 2
+
+
+def test_every_onnx_dtype_has_a_size():
+    for name, number in TensorProto.DataType.items():
+        if name in ("UNDEFINED", "STRING"):
+            continue
+        assert number in dtypes.DTYPES, name
+    assert dtypes.itemsize(TensorProto.INT4) == 0.5
+    assert dtypes.itemsize(TensorProto.BFLOAT16) == 2
+    assert dtypes.itemsize(TensorProto.FLOAT8E4M3FN) == 1
+
+
+def test_int4_weights_cost_half_a_byte_each():
+    w = helper.make_tensor("w", TensorProto.INT4, [8, 4], np.zeros(32, dtype=np.int8).tolist())
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    m = model(nodes, [("x", [1, 8])], [("y", None)],
+              [w, const("s", (), 0.5)], opset=21)
+    g = extract(m)
+    assert g.node_ops == ["DequantizeLinear", "MatMul"]  # not folded: int4 stays int4
+    assert g.globals["weight_total"] == 32 * 0.5  # scale and zero point are parameters
+    assert g.info["dtype"] == "int4"
+
+
+def test_huge_pads_are_refused_not_infinite():
+    m = single_op("Conv", [1, 3, 8, 8], inits=[const("w", (4, 3, 3, 3))], extra_inputs=["w"],
+                  attrs={"pads": [2**31] * 4})
+    with pytest.raises(GraphError, match="limit|outside"):
+        extract(m)
+
+
+def test_negative_conv_pads_and_zero_group_are_refused():
+    for attrs, msg in (({"pads": [-1, -1, -1, -1]}, "pads"), ({"group": 0}, "group")):
+        m = single_op("Conv", [1, 3, 8, 8], inits=[const("w", (4, 3, 3, 3))],
+                      extra_inputs=["w"], attrs=attrs)
+        with pytest.raises(PerfSeerError, match=msg):
+            extract(m)
+
+
+def test_negative_initializer_dim_is_refused():
+    m = _add_with_weight()
+    m.graph.initializer[0].dims[1] = -1
+    with pytest.raises(GraphError, match="negative dim"):
+        extract(m)
+
+
+@pytest.mark.parametrize("batch", [0, -3, MAX_BATCH + 1, 2**40, 2.5, True])
+def test_batch_out_of_range(batch):
+    with pytest.raises(ShapeError, match="batch"):
+        extract(single_op("Relu", ["N", 4]), batch=batch)
+
+
+def test_constant_of_shape_is_not_materialised_per_batch():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    m = model(nodes, [("x", ["N", 1024, 1024])], [("y", None)])
+    t0 = time.process_time()
+    g = extract(m, batch=MAX_BATCH)
+    assert time.process_time() - t0 < 2
+    assert g.globals["flops_total"] == MAX_BATCH * 1024 * 1024
+
+
+def test_node_cap_and_time_limit_are_typed_errors():
+    m = single_op("Relu", [1, 4])
+    with pytest.raises(LimitError, match="node cap"):
+        extract(m, max_nodes=0)
+    with pytest.raises(LimitError, match="time limit"):
+        extract(m, time_limit=-1)
+
+
+def test_nothing_written_and_no_symbolic_fallback(tmp_path, monkeypatch):
+    """A model whose shapes onnx cannot infer: a clear error, no file in the
+    working directory, onnxruntime's symbolic inference not imported."""
+    monkeypatch.chdir(tmp_path)
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    m = model(nodes, [("x", ["N", 4]), ("shape", [2], TensorProto.INT64)], [("y", None)])
+    before = "onnxruntime.tools.symbolic_shape_infer" in sys.modules
+    with pytest.raises(ShapeError, match="could not be inferred"):
+        extract(m)
+    assert os.listdir(tmp_path) == []
+    assert ("onnxruntime.tools.symbolic_shape_infer" in sys.modules) == before
+
+
+def test_all_unresolved_dims_listed_at_once_and_dims_resolve_them():
+    nodes = [helper.make_node("Concat", ["past", "new"], ["kv"], axis=2)]
+    m = model(nodes, [("past", ["batch", 4, "past_seq", 8]), ("new", ["batch", 4, "seq", 8])],
+              [("kv", None)])
+    with pytest.raises(ShapeError) as err:
+        extract(m)
+    msg = str(err.value)
+    assert "2 input dim(s)" in msg and "'past_seq'" in msg and "'seq'" in msg
+    assert "--dim past_seq=N --dim seq=N" in msg
+    g = extract(m, dims={"batch": 3, "past_seq": 0, "seq": 5})
+    assert g.input_shapes == {"past": (3, 4, 0, 8), "new": (3, 4, 5, 8)}
+    assert g.globals["batch_size"] == 3
+    with pytest.raises(ShapeError, match="outside"):
+        extract(m, dims={"seq": -1, "past_seq": 1})
+
+
+def _weights_as_inputs():
+    """A structure-only export: fc.weight / fc.bias are graph inputs."""
+    nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["y"], transB=1)]
+    return model(nodes, [("x", ["N", 512]), ("fc.weight", [1000, 512]), ("fc.bias", [1000])],
+                 [("y", None)])
+
+
+def test_weights_given_as_graph_inputs_are_weights():
+    g = extract(_weights_as_inputs(), batch=8)
+    assert g.globals["params_total"] == 1000 * 512 + 1000
+    assert g.globals["weight_total"] == 4 * (1000 * 512 + 1000)
+    assert g.input_shapes["x"] == (8, 512)
+    assert g.info["weight_inputs"] == ["fc.bias", "fc.weight"]
+    assert any("used as weights" in w for w in g.warnings)
+    # the same model with initializers gives the same features
+    m = _weights_as_inputs()
+    del m.graph.input[1:]
+    m.graph.initializer.extend([const("fc.weight", (1000, 512)), const("fc.bias", (1000,))])
+    ref = extract(m, batch=8)
+    np.testing.assert_array_equal(ref.x, g.x)
+    np.testing.assert_array_equal(ref.u, g.u)
+
+
+def test_tied_weights_counted_once():
+    """ALBERT-style: one layer's weight feeds three MatMuls."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h1"]),
+             helper.make_node("MatMul", ["h1", "w"], ["h2"]),
+             helper.make_node("MatMul", ["h2", "w"], ["y"])]
+    m = model(nodes, [("x", [2, 64])], [("y", None)], [const("w", (64, 64))])
+    g = extract(m)
+    assert g.globals["params_total"] == 64 * 64
+    assert g.globals["weight_total"] == 4 * 64 * 64
+    assert g.node_column("params").sum() == 3 * 64 * 64  # each node still reads it
+    assert g.info["shared_weights"] == 1
+    assert g.info["shared_weight_bytes"] == 4 * 64 * 64
+    assert any("shared by several nodes" in w for w in g.warnings)
+    untied = model(nodes[:1] + [helper.make_node("MatMul", ["h1", "w2"], ["h2"]),
+                                helper.make_node("MatMul", ["h2", "w3"], ["y"])],
+                   [("x", [2, 64])], [("y", None)],
+                   [const("w", (64, 64)), const("w2", (64, 64)), const("w3", (64, 64))])
+    u = extract(untied)
+    assert u.globals["params_total"] == 3 * 64 * 64
+    assert u.info["shared_weights"] == 0 and not u.warnings
+
+
+def test_fp16_model_is_flagged():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    m = model(nodes, [("x", [2, 64], TensorProto.FLOAT16)], [("y", None)],
+              [const("w", (64, 64), dtype=np.float16)])
+    g = extract(m)
+    assert g.info["dtype"] == "float16"
+    assert g.globals["weight_total"] == 2 * 64 * 64
+    assert any("float16" in w for w in g.warnings)
+
+
+def test_integer_matmul_gets_matmul_cost():
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["y"])]
+    m = model(nodes, [("x", [4, 64])], [("y", None)],
+              [const("w", (64, 32), dtype=np.int8), const("wz", (), 0, dtype=np.int8)])
+    g = extract(m)
+    flops = dict(zip(g.node_ops, g.node_column("flops")))
+    assert flops["MatMulInteger"] == 2 * 4 * 32 * 64
+    assert flops["DynamicQuantizeLinear"] == 5 * 4 * 64
+    assert g.unknown_ops == []
+    assert g.globals["weight_total"] == 64 * 32  # int8 weight; zero points are parameters
+
+
+def test_features_are_checked_finite_and_non_negative():
+    from perfseer_rt.graph.perfgraph import PerfGraph
+    g = extract(single_op("Relu", [1, 4]))
+    bad = g.x.copy()
+    bad[0, 0] = -1
+    with pytest.raises(GraphError, match="negative or non-finite"):
+        PerfGraph(g.node_names, g.node_ops, bad, g.edge_index, g.edge_attr,
+                  g.edge_tensors, g.edge_shapes, g.u)
+
+
+def _loop_model(trips):
+    """y = Loop(M, cond, x) with a body y = x @ w (w from the outer scope)."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_in", "w"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", f, None)])
+    inits = [const("w", (64, 64)), const("c", (), True, dtype=np.bool_)]
+    ins = [("x", [8, 64])]
+    if trips is None:
+        ins.append(("M", [], TensorProto.INT64))
+    else:
+        inits.append(const("M", (), trips, dtype=np.int64))
+    nodes = [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)]
+    return model(nodes, ins, [("y", None)], inits)
+
+
+def test_loop_with_static_trip_count_multiplies_its_body():
+    g = extract(_loop_model(10))
+    assert g.node_ops == ["Loop"]
+    assert g.globals["flops_total"] == 10 * 2 * 8 * 64 * 64
+    assert g.warnings == []
+
+
+def test_loop_with_unknown_trip_count_assumes_one_and_says_so():
+    g = extract(_loop_model(None))
+    assert g.globals["flops_total"] == 2 * 8 * 64 * 64
+    assert any("trip count unknown" in w and "assumed 1" in w for w in g.warnings)
+
+
+def test_if_costs_the_heavier_branch_and_flags_it():
+    f = TensorProto.FLOAT
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", f, [8, 64])])
+    other = helper.make_graph([helper.make_node("Relu", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", f, [8, 64])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    g = extract(model(nodes, [("x", [8, 64])], [("y", None)],
+                      [const("w", (64, 64)), const("zero", (), 0.0)]))
+    flops = dict(zip(g.node_ops, g.node_column("flops")))
+    assert flops["If"] == 2 * 8 * 64 * 64
+    assert any("heavier branch (then_branch" in w for w in g.warnings)
+
+
+def test_cli_dim_option_and_typed_errors_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from perfseer_rt.cli import main
+    nodes = [helper.make_node("Relu", ["ids"], ["y"])]
+    p = tmp_path / "dyn.onnx"
+    onnx.save(model(nodes, [("ids", ["B", "S"])], [("y", None)]), p)
+    runner = CliRunner()
+    ok = runner.invoke(main, ["inspect", str(p), "--batch", "2", "--dim", "S=16"])
+    assert ok.exit_code == 0 and "ids 2x16" in ok.output
+    for args, msg in ((["--dim", "S"], "expected NAME=VALUE"), (["--dim", "S=-2"], "NAME=VALUE"),
+                      (["--batch", "70000", "--dim", "S=1"], "outside the supported range")):
+        res = runner.invoke(main, ["extract", str(p), "--json", *args])
+        assert res.exit_code == 2, res.output
+        assert msg in res.output and "Traceback" not in res.output
+    bad = _add_with_weight()
+    bad.graph.initializer[0].data_type = 99
+    q = tmp_path / "bad.onnx"
+    onnx.save(bad, q)
+    res = runner.invoke(main, ["extract", str(q)])
+    assert res.exit_code == 2 and "unknown element type 99" in res.output

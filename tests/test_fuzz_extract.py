@@ -1,0 +1,74 @@
+"""A seeded slice of the extractor fuzzer (``benchmarks/fuzz_extract.py``)
+and the crashes it found, as regression tests."""
+
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from benchmarks.fuzz_extract import built_seeds, fuzz, make_case, run_case
+from perfseer_rt import extract
+from perfseer_rt.errors import GraphError
+from tests.onnx_builders import const, model
+
+
+def test_fuzz_slice_has_no_traceback_hang_bad_feature_or_file():
+    out = fuzz(cases=300, seed=0, hang_s=120, progress=False)
+    assert out["cases"] == 300
+    assert out["traceback"] == 0, out["failures"]
+    assert out["internal"] == 0, out["failures"]
+    assert out["slow_over_5s"] == 0, out["failures"]
+    assert out["bad_features"] == 0, out["failures"]
+    assert out["files_written"] == 0, out["failures"]
+    assert out["ok"] > 30  # the mutations leave many models valid, not all refused
+
+
+def test_cases_are_reproducible():
+    seeds = built_seeds()
+    assert make_case(seeds, 3, 17) == make_case(seeds, 3, 17)
+
+
+def test_initializer_dims_larger_than_its_data_are_refused():
+    """Fuzz seed 0 case 160: a 1-element shape constant re-dimensioned to
+    2^40 made onnx build a tensor of rank 2^40 (a hang)."""
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, [("x", [2, 4])], [("y", None)], [const("s", (1,), [-1], dtype=np.int64)])
+    m.graph.initializer[0].dims[0] = 2**40
+    t0 = time.process_time()
+    with pytest.raises(GraphError, match="stores only"):
+        extract(m)
+    assert time.process_time() - t0 < 1
+
+
+def test_long_integer_shape_input_is_refused():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, [("x", [2, 4]), ("s", [2**30], TensorProto.INT64)], [("y", None)])
+    with pytest.raises(GraphError, match="1-D integer tensor"):
+        extract(m)
+
+
+def test_name_returned_as_bytes_is_a_graph_error():
+    """Fuzz seed 0 cases 26/28/44: protobuf returns invalid UTF-8 strings as
+    bytes; sorting or matching them raised TypeError."""
+    m = model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [("x", [1, 4])],
+              [("y", None)])
+    raw = m.SerializeToString().replace(b"relu", b"\xffelu")
+    res = run_case(raw, None, [])
+    assert res["outcome"] == "typed" and "UTF-8" in res["message"]
+
+
+def test_huge_static_input_dim_is_refused_fast():
+    """Fuzz seed 2 case 638: Swin with an input 2^31-1 wide stalled onnx's
+    shape inference (time grows with the dim value)."""
+    from pathlib import Path
+
+    import onnx
+
+    from perfseer_rt.errors import ShapeError
+    m = onnx.load(str(Path(__file__).parent / "models" / "swin_tiny.onnx"), load_external_data=False)
+    m.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 2**31 - 1
+    t0 = time.process_time()
+    with pytest.raises(ShapeError, match="over the supported maximum"):
+        extract(m)
+    assert time.process_time() - t0 < 1

@@ -1,0 +1,75 @@
+"""Real architectures extract (issue 13): structure-only exports of
+``transformers`` models built from configs (``tests/models/build.py``)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfseer_rt import extract
+from perfseer_rt.errors import ShapeError
+
+MODELS = Path(__file__).parent / "models"
+
+
+def _matmul_flops(g):
+    ops = np.array(g.node_ops)
+    return g.node_column("flops")[np.isin(ops, ["MatMul", "Gemm", "MatMulInteger"])].sum()
+
+
+def test_swin_with_dynamic_batch_extracts_at_batch_1_and_scales():
+    one = extract(MODELS / "swin_tiny.onnx", batch=1)
+    four = extract(MODELS / "swin_tiny.onnx", batch=4)
+    assert one.unknown_ops == [] and one.num_nodes == four.num_nodes
+    assert _matmul_flops(four) == pytest.approx(4 * _matmul_flops(one))
+
+
+def test_bert_base_extracts_with_named_seq():
+    g = extract(MODELS / "bert_base.onnx", batch=2, dims={"seq": 128})
+    assert g.input_shapes["input_ids"] == (2, 128)
+    # 12 layers x (4 x 768^2 attention + 2 x 768 x 3072 FFN) + embeddings
+    layer = 4 * 768 * 768 + 2 * 768 * 3072
+    assert g.globals["params_total"] > 12 * layer
+    # the dense layers alone: 2 FLOPs per MAC, 2 x 128 tokens
+    assert _matmul_flops(g) > 2 * 256 * 12 * layer
+
+
+def test_gpt2_kv_cache_needs_dims_listed_at_once_then_extracts():
+    with pytest.raises(ShapeError) as err:
+        extract(MODELS / "gpt2_kv.onnx")
+    assert "--dim past_seq=N --dim seq=N --dim total_seq=N" in str(err.value)
+    short = extract(MODELS / "gpt2_kv.onnx", dims={"seq": 1, "past_seq": 7, "total_seq": 8})
+    long = extract(MODELS / "gpt2_kv.onnx", dims={"seq": 1, "past_seq": 63, "total_seq": 64})
+    assert short.input_shapes["past_k_0"] == (1, 2, 7, 16)
+    # attention over the cache grows with its length; the dense layers do not
+    assert _matmul_flops(long) > _matmul_flops(short)
+
+
+def test_dynamically_quantized_model_costs_its_integer_ops():
+    g = extract(MODELS / "bert_small_int8.onnx", dims={"seq": 64})
+    ops = set(g.node_ops)
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= ops
+    assert g.unknown_ops == []
+    mmi = g.node_column("flops")[np.array(g.node_ops) == "MatMulInteger"]
+    assert (mmi > 0).all()
+    fp = extract(MODELS / "bert_small.onnx", dims={"seq": 64})
+    # the int8 dense layers do the float model's dense MACs
+    assert mmi.sum() == pytest.approx(_matmul_flops(fp) - _attention_matmuls(fp), rel=0.01)
+    assert any("uint8" in w for w in g.warnings)
+
+
+def _attention_matmuls(g):
+    """MatMuls between two activations (no weight): Q.K^T and P.V."""
+    ops = np.array(g.node_ops)
+    sel = (ops == "MatMul") & (g.node_column("weight") == 0)
+    return g.node_column("flops")[sel].sum()
+
+
+def test_fp16_model_is_flagged_and_its_weights_are_two_bytes():
+    fp16 = extract(MODELS / "bert_small_fp16.onnx", dims={"seq": 64})
+    fp32 = extract(MODELS / "bert_small.onnx", dims={"seq": 64})
+    assert fp16.info["dtype"] == "float16"
+    assert any("float16" in w for w in fp16.warnings)
+    assert fp16.globals["params_total"] == fp32.globals["params_total"]
+    assert fp16.globals["weight_total"] == pytest.approx(fp32.globals["weight_total"] / 2, rel=0.01)
+    assert fp32.warnings == []
