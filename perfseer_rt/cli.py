@@ -106,10 +106,11 @@ def _warn_unknown(graph) -> None:
 
 def _register_stage_commands() -> None:
     """Commands that live in their stage's package (profile/, predict/)."""
+    from perfseer_rt.calibrate.command import calibrate
     from perfseer_rt.predict.command import devices, predict
     from perfseer_rt.profile.command import profile
 
-    for cmd in (predict, devices, profile):
+    for cmd in (predict, devices, profile, calibrate):
         main.add_command(cmd)
 
 

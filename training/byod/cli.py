@@ -1,4 +1,4 @@
-"""Command line: ``python -m training.byod {train,nb201}``.
+"""Command line: ``python -m training.byod train``.
 
 Errors in the input (:class:`~training.byod.errors.ByodError`) print one
 line, ``byod: error: ...``, and exit with status 2; no traceback.
@@ -14,7 +14,7 @@ from typing import Sequence
 from training.byod.errors import ByodError
 
 
-def _add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
+def add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
     p.add_argument("--epochs", type=int, default=epochs, help=f"at most this many epochs (default {epochs})")
     p.add_argument("--early-stop", type=int, default=30,
                    help="stop after this many epochs without validation improvement (default 30)")
@@ -27,8 +27,8 @@ def _add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.byod",
-                                description="Bring your own device: train a predictor from a CSV of "
-                                            "measurements, or run the NAS-Bench-201 benchmark.")
+                                description="Bring your own device: a predictor from a CSV of measurements. "
+                                            "(The NAS-Bench-201 benchmark: python -m benchmarks.nb201.)")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="CSV of measurements -> exported_models/<device>/",
                        description="Train SeerNet for one device from a CSV of measurements and export "
@@ -51,28 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--test-rows", help="test rows, e.g. 901-1900")
     t.add_argument("--out", help="output folder (default exported_models/<device>)")
     t.add_argument("--json", action="store_true", help="print the accuracy as JSON")
-    _add_train_settings(t, 500)
+    add_train_settings(t, 500)
 
-    n = sub.add_parser("nb201", help="the NAS-Bench-201 benchmark (HELP protocol) -> a report",
-                       description="Reproduce reports/nb201: per-device SeerNet at 900 samples, few-shot "
-                                   "adaptation after multi-device pre-training, FLOPs baseline.")
-    n.add_argument("--out", default="reports/nb201", help="report folder (default reports/nb201)")
-    n.add_argument("--csv", default=None, help="the HELP latency CSV (default: ../shared/external/"
-                                                "help-nb201/nb201_latency.csv)")
-    n.add_argument("--devices", nargs="+", help="only these device columns (default: all)")
-    n.add_argument("--held-out", nargs="+", help="devices held out of pre-training (default: "
-                                                 "titanxp_1 gold_6240 pixel3 samsung_s7 titanxp_256)")
-    n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot", "ablation"],
-                   choices=["flops", "single", "fewshot", "ablation"],
-                   help="what to run (default: all); ablation = SeerNet on the zoo's nb201 graphs for "
-                        "--ablation-devices (default: the held-out devices)")
-    n.add_argument("--ablation-devices", nargs="+", help="devices of the zoo-graph ablation")
-    n.add_argument("--graphs", choices=["eager", "zoo"], default="eager",
-                   help="eager: the networks as NAS-Bench-201's PyTorch code runs them (every edge, dead "
-                        "nodes kept; default); zoo: the zoo's nb201 export (none edges and dead code removed)")
-    n.add_argument("--export-device", action="append", default=[],
-                   help="also ship the 900-sample predictor of this device to exported_models/nb201-<device>/")
-    _add_train_settings(n, 300)
     return p
 
 
@@ -90,12 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, early_stop=args.early_stop,
                           seed=args.seed, threads=args.threads, progress=not args.quiet)
         cache = GraphCache(args.cache)
-        if args.command == "train":
-            return _train(args, cfg, cache, command)
-        from training.byod.nb201 import run_benchmark
-
-        run_benchmark(args, cfg, cache, command)
-        return 0
+        return _train(args, cfg, cache, command)
     except ByodError as exc:
         print(f"byod: error: {exc}", file=sys.stderr)
         return 2
