@@ -183,3 +183,65 @@ def test_model_format_needs_one_placeholder(tmp_path, capsys):
                             "--device", "d", "--model-format", "nb201", "--cache", str(tmp_path / "c"),
                             "--quiet"], capsys)
     assert code == 2 and "must contain '{}'" in err
+
+
+# ------------------------------------------------------------- calibrate
+# HELP architectures 8 and 9 on the Xeon Gold 6240 (with CELLS: ten real measurements)
+MORE_CELLS = [("|nor_conv_1x1~0|+|avg_pool_3x3~0|skip_connect~1|+|skip_connect~0|none~1|nor_conv_3x3~2|", 8.9020),
+              ("|avg_pool_3x3~0|+|none~0|none~1|+|skip_connect~0|none~1|nor_conv_3x3~2|", 7.5514)]
+
+
+@pytest.mark.slow
+def test_calibrate_csv_writes_an_entry_predict_uses(tmp_path, capsys, monkeypatch):
+    """Ten NB201 networks measured on a Xeon Gold 6240 correct the EPYC
+    predictor; the entry predicts the base value through the fitted line."""
+    from perfseer_rt.predict import api
+
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    cells = CELLS + MORE_CELLS
+    p = write(tmp_path / "gold.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in cells) + "\n")
+    args = ["calibrate", "--csv", str(p), "--model-column", "cell", "--model-format", "nb201:{}",
+            "--metric", "latency_ms", "--device", "gold", "--cache", str(tmp_path / "c"), "--json"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    c = doc["corrections"]["latency_ms"]
+    assert c["count"] == 10 and np.isfinite(c["cv_mape"]) and doc["folder"] == str(tmp_path / "home/devices/gold")
+    [base] = api.predict(_nb201_onnx(tmp_path, CELLS[0][0]), device="cpu-amd-epyc-1t")
+    [mine] = api.predict(_nb201_onnx(tmp_path, CELLS[0][0]), device="gold")
+    assert mine["metrics"]["latency_ms"]["value"] == pytest.approx(
+        np.exp(c["a"]) * base["metrics"]["latency_ms"]["value"] ** c["b"], rel=1e-5)
+    # an entry of that name exists now: refused without --force
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "pass --force" in err
+
+
+def _nb201_onnx(tmp_path, cell):
+    from training.zoo import parse_spec
+    from training.zoo.export import export_onnx
+
+    path = tmp_path / "nb.onnx"
+    if not path.exists():
+        export_onnx(parse_spec("nb201:" + cell), path, structure_only=True)
+    return path
+
+
+def test_calibrate_csv_refusals(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    few = write(tmp_path / "few.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:4]) + "\n")
+    base = ["calibrate", "--csv", str(few), "--model-column", "cell", "--model-format", "nb201:{}",
+            "--cache", str(tmp_path / "c")]
+    for extra, needle in ((["--metric", "latency_ms", "--device", "d"], "4 measured rows; calibration needs at least 10"),
+                          (["--metric", "energy_mj", "--device", "d"], "cannot calibrate energy_mj"),
+                          (["--metric", "latency_ms", "--device", "cpu-amd-epyc-1t"], "is a shipped device"),
+                          (["--metric", "latency_ms", "--device", "d", "--base", "nosuch"], "unknown device 'nosuch'")):
+        code, _, err = run_cli(base + extra, capsys)
+        assert code == 2 and needle in err, err
+    assert not (tmp_path / "home").exists()
+
+
+def test_bare_cell_hint_shows_the_model_format_syntax(tmp_path, capsys):
+    p = write(tmp_path / "cells.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:3]) + "\n")
+    code, _, err = run_cli(["train", "--csv", str(p), "--model-column", "cell", "--metric", "latency_ms",
+                            "--device", "d", "--cache", str(tmp_path / "c"), "--quiet"], capsys)
+    assert code == 2 and "--model-format 'nb201:{}'" in err

@@ -136,11 +136,13 @@ def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str =
 
 
 def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph], rows: Sequence[dict],
-                                folder: str | os.PathLike, overwrite: bool = False, env: dict | None = None,
+                                folder: str | os.PathLike, overwrite: bool = False, env: dict | str | None = None,
                                 how: str = "") -> CalibrationResult:
     """Fit the corrections of ``base`` on measured ``rows`` (dicts with the
     metric names as keys, in the base predictor's units) of models whose
-    PerfGraphs are ``graphs``, and write the entry ``folder``.
+    PerfGraphs are ``graphs``, and write the entry ``folder``. ``env``: the
+    environment block of the machine measured (a CPU device's signature, for
+    the local-CPU check), or words describing the device.
 
     Raises:
         PerfSeerError: as :func:`calibrate`; no metric of the base among the rows.
@@ -163,11 +165,11 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     return CalibrationResult(name, Path(folder), base, corrections)
 
 
-def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dict | None, how: str,
+def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dict | str | None, how: str,
               rows: Sequence[dict]) -> dict:
     doc = {k: v for k, v in base_pred.manifest.items() if k not in ("accuracy", "report")}
     model = base_pred.manifest.get("default_model")
-    doc["device"] = {"name": name, "description": env or {"cpu_model": None},
+    doc["device"] = {"name": name, "description": env or f"calibrated from {base_pred.device}",
                      "base": base_pred.device}
     doc["calibration"] = {
         "base": base_pred.device, "how": how,

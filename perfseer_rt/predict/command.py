@@ -47,10 +47,12 @@ def predict(models, batch, inputs, device, metrics, model_name, as_json):
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def devices(as_json):
-    """List the shipped predictors with their test accuracy."""
+    """List the predictors (shipped and calibrated) with their test accuracy."""
     from perfseer_rt.cli import emit_json
+    from perfseer_rt.predict.local_cpu import local_cpu, matches_local
     from perfseer_rt.predict.registry import predictors
 
+    here = local_cpu()
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
@@ -62,7 +64,9 @@ def devices(as_json):
                                  for x in m["metrics"]],
                      "models": pred.model_names, "default_model": m.get("default_model"),
                      "mig_gpu": pred.mig_gpu,
-                     "configurations": m.get("training_data", {}).get("configurations")})
+                     "configurations": m.get("training_data", {}).get("configurations"),
+                     "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
+                     "local_cpu_match": matches_local(m, here)})
     if as_json:
         emit_json(rows)
         return
@@ -73,8 +77,12 @@ def devices(as_json):
         if isinstance(desc, dict):  # an environment block: name the hardware and runtime
             desc = ", ".join(str(desc[k]) for k in ("gpu_name", "cpu_model", "onnxruntime_version")
                              if desc.get(k))
-        click.echo(f"{r['device']}: {desc}  ({r['configurations']} training configs; models "
+        origin = f"calibrated from {r['base']}" if r["base"] else f"{r['configurations']} training configs"
+        click.echo(f"{r['device']}: {desc}  ({origin}; models "
                    f"{', '.join(r['models'])}, default {r['default_model']})")
+        if r["local_cpu_match"] is not None:
+            click.echo("  this machine's CPU: " + ("matches" if r["local_cpu_match"] else
+                                                   "differs (run `perfseer-rt calibrate`)"))
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
-            click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")
+            click.echo(f"  {x['name']:<20} [{x['unit']}]  {'cross-validated' if r['base'] else 'test'} MAPE {mape}")
