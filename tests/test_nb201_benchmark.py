@@ -180,3 +180,11 @@ def test_select_picks_by_validation_and_evaluate_reports_draws():
     rows = fewshot.evaluate(data, z, "t", sel, draws=3, shots=(10, 900))
     assert rows["10"]["draws"] == 3 and rows["900"]["draws"] == 1 and rows["900"]["k"] == 720
     assert rows["10"]["spearman"] > 0.99 and rows["10"]["count"] == 800
+
+
+def test_ridge_loo_shortcut_equals_refitting():
+    rng = np.random.default_rng(3)
+    z, y = rng.normal(size=(12, 5)), rng.normal(size=12)
+    slow = np.mean([(fewshot._ridge_fit(np.delete(z, i, 0), np.delete(y, i), 2.0).predict_log(z[i:i + 1])[0]
+                     - y[i]) ** 2 for i in range(12)])
+    assert fewshot._ridge_loo(z, y, 2.0) == pytest.approx(slow, rel=1e-6)

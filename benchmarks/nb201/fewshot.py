@@ -176,11 +176,22 @@ def _ridge_fit(f: np.ndarray, y: np.ndarray, alpha: float) -> RidgeHead:
     return RidgeHead(np.linalg.solve(d.T @ d + pen + 1e-9 * np.eye(d.shape[1]), d.T @ y), alpha)
 
 
+def _ridge_loo(f: np.ndarray, y: np.ndarray, alpha: float) -> float:
+    """Exact leave-one-out mean squared error of the ridge fit (hat matrix:
+    the held-out residual is r_i / (1 - H_ii))."""
+    d = RidgeHead.design(f)
+    pen = np.eye(d.shape[1]) * alpha
+    pen[0, 0] = pen[1, 1] = 0.0
+    inv = np.linalg.inv(d.T @ d + pen + 1e-9 * np.eye(d.shape[1]))
+    h = np.einsum("ij,jk,ik->i", d, inv, d)
+    r = y - d @ (inv @ (d.T @ y))
+    return float(np.mean((r / np.maximum(1.0 - h, 1e-9)) ** 2))
+
+
 def fit_ridge(profiles: np.ndarray, latency: np.ndarray) -> RidgeHead:
-    """Fit on k samples; penalty by leave-one-out."""
+    """Fit on k samples; penalty by (exact) leave-one-out error."""
     y = np.log(latency)
-    best = min(ALPHAS, key=lambda a: _loo(len(y), lambda f, yy: _ridge_fit(f, yy, a),
-                                          lambda h, f: h.predict_log(f), profiles, y))
+    best = min(ALPHAS, key=lambda a: _ridge_loo(profiles, y, float(a)))
     return _ridge_fit(profiles, y, float(best))
 
 
