@@ -76,17 +76,20 @@ class PretrainConfig:
     seeds: int = 3
 
 
-def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig, cache: Path | None = None) -> np.ndarray:
+def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
+             cache: Path | None = None) -> tuple[np.ndarray, float]:
     """Device profiles ``[architectures, devices]`` of every architecture in
-    ``data``, from a network trained on the pool (0..899) of ``devices``.
-    Cached under ``cache`` by (settings, devices, their pool latencies)."""
+    ``data``, from a network trained on the pool (0..899) of ``devices``, and
+    the seconds that training took. Cached under ``cache`` by (settings,
+    devices, their pool latencies)."""
     pool = np.asarray(protocol.POOL)
     y = np.stack([np.log(data.latency[d][pool]) for d in devices], 1)
     key = hashlib.sha256(json.dumps([cfg.__dict__, list(devices), data.cells[:900]]).encode()
                          + y.tobytes()).hexdigest()[:16]
     path = cache / f"profiles-{key}.npy" if cache else None
-    if path is not None and path.is_file():
-        return np.load(path)
+    if path is not None and path.is_file() and path.with_suffix(".json").is_file():
+        return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+    t0 = time.perf_counter()
     x_all = torch.tensor(np.stack([encode(c) for c in data.cells]), dtype=torch.float32)
     yz = torch.tensor((y - y.mean(0)) / y.std(0), dtype=torch.float32)
     xs = x_all[pool]
@@ -105,12 +108,14 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig, cache:
         with torch.no_grad():
             outs.append(net(x_all).numpy().astype(np.float64))
     z = np.mean(outs, 0)
+    seconds = time.perf_counter() - t0
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
         tmp = path.with_suffix(".tmp.npy")
         np.save(tmp, z)
-        tmp.replace(path)
-    return z
+        tmp.replace(path)  # the .npy last: its presence means the pair is complete
+    return z, seconds
 
 
 # ------------------------------------------------------------------- adapters
