@@ -4,7 +4,7 @@ User entries are folders ``<root>/<device>/`` holding ``manifest.json`` and
 the base predictor's ONNX files, like a shipped device. The root is
 ``$PERFSEER_RT_HOME/devices`` when that variable is set, else
 ``$XDG_DATA_HOME/perfseer-rt/devices`` (``~/.local/share/perfseer-rt/devices``).
-The registry (:mod:`perfseer_rt.predict.registry`) lists them beside the
+The root is :func:`perfseer_rt.predict.registry.user_root`; the registry lists them beside the
 shipped ones.
 """
 
@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.predict.registry import user_root  # noqa: F401  (re-exported: the root lives with the registry)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
