@@ -131,11 +131,12 @@ def _warn_unknown(graph) -> None:
 
 def _register_stage_commands() -> None:
     """Commands that live in their stage's package (profile/, predict/)."""
+    from perfseer_rt.calibrate.command import calibrate
     from perfseer_rt.predict.command import check, devices, fit, predict
     from perfseer_rt.profile.command import profile
     from perfseer_rt.serve.command import serve
 
-    for cmd in (predict, devices, check, fit, profile, serve):
+    for cmd in (predict, devices, check, fit, profile, serve, calibrate):
         main.add_command(cmd)
 
 

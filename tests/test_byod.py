@@ -1,4 +1,4 @@
-"""Bring-your-own-device: CSV checks, the train command end to end, HELP protocol helpers.
+"""Bring-your-own-device: CSV checks, the train command end to end.
 
 The end-to-end test trains for two epochs on eight NAS-Bench-201 networks
 whose latencies are real measurements (copied from the HELP CSV, Xeon Gold
@@ -14,7 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.byod import protocol  # noqa: E402
 from training.byod.cli import main  # noqa: E402
 from training.byod.errors import ByodError  # noqa: E402
 from training.byod.table import parse_rows, read_csv  # noqa: E402
@@ -161,59 +160,6 @@ def test_bad_device_name_and_overlapping_rows(tmp_path, capsys):
     assert code == 2 and "row 2 is in both" in err
 
 
-# ---------------------------------------------------------------- protocol
-def test_pool_and_test_sets_are_helps():
-    assert list(protocol.POOL) == list(range(900)) and list(protocol.TEST) == list(range(900, 1900))
-    rng = np.random.default_rng(0)
-    lat = rng.lognormal(2, 0.3, 1900)
-    pool, test = protocol.protocol_sets(lat)
-    assert len(pool) == 720 and len(test) == 800
-    # HELP: argsort, keep positions int(0.1 n):int(0.9 n)
-    want = np.sort(np.arange(900)[np.argsort(lat[:900])[90:810]])
-    np.testing.assert_array_equal(pool, want)
-    assert lat[pool].min() >= np.sort(lat[:900])[90] and lat[pool].max() <= np.sort(lat[:900])[809]
-    assert set(test) <= set(range(900, 1900))
-
-
-def test_trim_breaks_ties_by_index():
-    lat = np.array([1.0] * 10)  # all tied (whole-ms devices have many ties)
-    np.testing.assert_array_equal(protocol.trim(range(10), lat), np.arange(1, 9))
-
-
-def test_spearman_matches_scipy_or_hand():
-    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert protocol.spearman(a, a[::-1]) == pytest.approx(-1.0)
-    # by hand: ranks (1,2,3,4,5) vs (2,1,4,3,5): d^2 = 4, rho = 1 - 6*4/(5*24) = 0.8
-    assert protocol.spearman(a, np.array([2.0, 1.0, 4.0, 3.0, 5.0])) == pytest.approx(0.8)
-    x = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0])
-    y = np.array([2.0, 7.0, 1.0, 8.0, 2.0, 8.0, 1.0, 8.0, 2.0, 8.0])
-    try:
-        from scipy.stats import spearmanr
-    except ImportError:
-        spearmanr = None
-    if spearmanr is not None:
-        assert protocol.spearman(x, y) == pytest.approx(spearmanr(x, y)[0], abs=1e-12)
-    np.testing.assert_allclose(protocol.rankdata(np.array([10.0, 20.0, 10.0])), [1.5, 3.0, 1.5])
-
-
-def test_draws_are_deterministic_subsets():
-    pool = np.arange(100, 820)
-    a = protocol.draw(pool, 10, "pixel3", seed=0)
-    assert len(a) == 10 and set(a) <= set(pool)
-    np.testing.assert_array_equal(a, protocol.draw(pool, 10, "pixel3", seed=0))
-    assert not np.array_equal(a, protocol.draw(pool, 10, "pixel3", seed=1))
-    np.testing.assert_array_equal(protocol.draw(pool, 900, "pixel3"), pool)
-
-
-def test_cell_paths():
-    assert protocol.cell_paths(CELLS[1][0]) == {"cut": False, "dead_ops": 0}
-    # node 3 sums only none edges: the cell output is zero
-    assert protocol.cell_paths("|nor_conv_3x3~0|+|none~0|none~1|+|none~0|none~1|none~2|")["cut"]
-    # node 1's conv feeds nothing that reaches node 3
-    assert protocol.cell_paths("|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|") \
-        == {"cut": False, "dead_ops": 1}
-
-
 def test_nb201_eager_keeps_what_pytorch_runs(tmp_path):
     """The zoo's export drops a dead convolution and the `none` edges; the
     eager graph keeps both (what NAS-Bench-201's PyTorch cell executes)."""
@@ -231,21 +177,71 @@ def test_nb201_eager_keeps_what_pytorch_runs(tmp_path):
     assert resolve("nb201-eager:" + cell, tmp_path).arch_id != resolve("nb201:" + cell, tmp_path).arch_id
 
 
-def test_fit_ridge_recovers_a_linear_device():
-    from training.byod.fewshot import fit_ridge
-
-    rng = np.random.default_rng(0)
-    heads = rng.normal(size=(20, 5))      # predicted log latencies on 5 known devices
-    log_lat = 2.0 + 0.3 * heads[:, 1] + 0.1 * heads[:, 3]
-    head = fit_ridge(heads, np.exp(log_lat))
-    assert head.alpha <= 1.0 and head.loo_mse < 1e-3
-    new = rng.normal(size=(50, 5))
-    np.testing.assert_allclose(head.predict_log(new), 2.0 + 0.3 * new[:, 1] + 0.1 * new[:, 3], atol=0.05)
-
-
 def test_model_format_needs_one_placeholder(tmp_path, capsys):
     p = write(tmp_path / "cells.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:3]) + "\n")
     code, _, err = run_cli(["train", "--csv", str(p), "--model-column", "cell", "--metric", "latency_ms",
                             "--device", "d", "--model-format", "nb201", "--cache", str(tmp_path / "c"),
                             "--quiet"], capsys)
     assert code == 2 and "must contain '{}'" in err
+
+
+# ------------------------------------------------------------- calibrate
+# HELP architectures 8 and 9 on the Xeon Gold 6240 (with CELLS: ten real measurements)
+MORE_CELLS = [("|nor_conv_1x1~0|+|avg_pool_3x3~0|skip_connect~1|+|skip_connect~0|none~1|nor_conv_3x3~2|", 8.9020),
+              ("|avg_pool_3x3~0|+|none~0|none~1|+|skip_connect~0|none~1|nor_conv_3x3~2|", 7.5514)]
+
+
+@pytest.mark.slow
+def test_calibrate_csv_writes_an_entry_predict_uses(tmp_path, capsys, monkeypatch):
+    """Ten NB201 networks measured on a Xeon Gold 6240 correct the EPYC
+    predictor; the entry predicts the base value through the fitted line."""
+    from perfseer_rt.predict import api
+
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    cells = CELLS + MORE_CELLS
+    p = write(tmp_path / "gold.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in cells) + "\n")
+    args = ["calibrate", "--csv", str(p), "--model-column", "cell", "--model-format", "nb201:{}",
+            "--metric", "latency_ms", "--device", "gold", "--cache", str(tmp_path / "c"), "--json"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    c = doc["corrections"]["latency_ms"]
+    assert c["count"] == 10 and np.isfinite(c["cv_mape"]) and doc["folder"] == str(tmp_path / "home/devices/gold")
+    [base] = api.predict(_nb201_onnx(tmp_path, CELLS[0][0]), device="cpu-amd-epyc-1t")
+    [mine] = api.predict(_nb201_onnx(tmp_path, CELLS[0][0]), device="gold")
+    assert mine["metrics"]["latency_ms"]["value"] == pytest.approx(
+        np.exp(c["a"]) * base["metrics"]["latency_ms"]["value"] ** c["b"], rel=1e-5)
+    # an entry of that name exists now: refused without --force
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "pass --force" in err
+
+
+def _nb201_onnx(tmp_path, cell):
+    from training.zoo import parse_spec
+    from training.zoo.export import export_onnx
+
+    path = tmp_path / "nb.onnx"
+    if not path.exists():
+        export_onnx(parse_spec("nb201:" + cell), path, structure_only=True)
+    return path
+
+
+def test_calibrate_csv_refusals(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    few = write(tmp_path / "few.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:4]) + "\n")
+    base = ["calibrate", "--csv", str(few), "--model-column", "cell", "--model-format", "nb201:{}",
+            "--cache", str(tmp_path / "c")]
+    for extra, needle in ((["--metric", "latency_ms", "--device", "d"], "4 measured rows; calibration needs at least 10"),
+                          (["--metric", "energy_mj", "--device", "d"], "cannot calibrate energy_mj"),
+                          (["--metric", "latency_ms", "--device", "cpu-amd-epyc-1t"], "is a shipped device"),
+                          (["--metric", "latency_ms", "--device", "d", "--base", "nosuch"], "unknown device 'nosuch'")):
+        code, _, err = run_cli(base + extra, capsys)
+        assert code == 2 and needle in err, err
+    assert not (tmp_path / "home").exists()
+
+
+def test_bare_cell_hint_shows_the_model_format_syntax(tmp_path, capsys):
+    p = write(tmp_path / "cells.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:3]) + "\n")
+    code, _, err = run_cli(["train", "--csv", str(p), "--model-column", "cell", "--metric", "latency_ms",
+                            "--device", "d", "--cache", str(tmp_path / "c"), "--quiet"], capsys)
+    assert code == 2 and "--model-format 'nb201:{}'" in err

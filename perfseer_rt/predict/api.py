@@ -17,7 +17,7 @@ import numpy as np
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import explain, mig
+from perfseer_rt.predict import explain, local_cpu, mig
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 
@@ -155,6 +155,10 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
     if not graphs:
         return []
     values = run_predictor(pred, graphs, model)
+    for j, name in enumerate(pred.metrics):  # a calibrated entry corrects its base predictor
+        if name in pred.corrections:
+            values[:, j] = pred.corrections[name].apply(values[:, j])
+    cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     results = []
     for source, graph, row in zip(models, graphs, values):
@@ -165,7 +169,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             "batch": int(graph.globals["batch_size"]),
             "metrics": {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted},
             "mig": None,
-            "warnings": out_of_distribution(pred, graph),
+            "warnings": out_of_distribution(pred, graph) + ([cpu_warning] if cpu_warning else []),
         }
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")

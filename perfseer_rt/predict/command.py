@@ -187,7 +187,7 @@ def predict(models, batch, inputs, dims, device, metrics, model_name, precision,
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def devices(as_json):
-    """List the shipped predictors with their test accuracy."""
+    """List the predictors (shipped and calibrated) with their test accuracy."""
     from perfseer_rt.cli import emit_json
     from perfseer_rt.predict.explain import device_rows
 
@@ -198,8 +198,13 @@ def devices(as_json):
     if not rows:
         click.echo("no predictors installed")
     for r in rows:
-        click.echo(f"{r['device']}: {r['description']}  ({r['configurations']} training "
-                   f"configs; models {', '.join(r['models'])}, default {r['default_model']})")
+        origin = (f"calibrated from {r['base']}" if r.get("base")
+                  else f"{r['configurations']} training configs")
+        click.echo(f"{r['device']}: {r['description']}  ({origin}; models "
+                   f"{', '.join(r['models'])}, default {r['default_model']})")
+        if r.get("local_cpu_match") is not None:
+            click.echo("  this machine's CPU: " + ("matches" if r["local_cpu_match"] else
+                                                   "differs (run `perfseer-rt calibrate`)"))
         if r.get("kind") == "gpu-prior":
             click.echo(f"  provenance: {r['predictor']['provenance']}")
         if r.get("leave_one_gpu_out"):
@@ -207,7 +212,8 @@ def devices(as_json):
                        f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
-            click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")
+            click.echo(f"  {x['name']:<20} [{x['unit']}]  "
+                       f"{'cross-validated' if r.get('base') else 'test'} MAPE {mape}")
 
 
 def _judged(c: dict) -> str:

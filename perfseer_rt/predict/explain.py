@@ -130,8 +130,10 @@ def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
 
 def device_rows() -> list[dict]:
     """Every shipped predictor, described (``perfseer-rt devices --json``, GET /devices)."""
+    from perfseer_rt.predict.local_cpu import local_cpu, matches_local
     from perfseer_rt.predict.registry import predictors
 
+    here = local_cpu()
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
@@ -146,5 +148,7 @@ def device_rows() -> list[dict]:
                      "models": pred.model_names, "default_model": m.get("default_model"),
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
+                     "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
+                     "local_cpu_match": matches_local(m, here),
                      "configurations": m.get("training_data", {}).get("configurations")})
     return rows

@@ -1,13 +1,18 @@
-"""The shipped predictors: ``exported_models/<device>/manifest.json`` + ONNX.
+"""The predictors: ``<root>/<device>/manifest.json`` + ONNX.
 
-The folder ships inside the wheel as the package ``perfseer_rt._exported_models``
-(see pyproject.toml) and is found with importlib.resources; from a source
-tree without an install, the top-level ``exported_models/`` is used.
+Shipped ones: ``exported_models/`` ships inside the wheel as the package
+``perfseer_rt._exported_models`` (see pyproject.toml) and is found with
+importlib.resources; from a source tree without an install, the top-level
+``exported_models/`` is used. User ones (written by ``perfseer-rt
+calibrate``): under :func:`user_root`. A user entry cannot shadow a shipped
+device of the same name (calibrate refuses such names; one found anyway is
+skipped).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -15,6 +20,7 @@ from pathlib import Path
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import layout
+from perfseer_rt.predict.correction import Correction
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -28,6 +34,13 @@ class Predictor:
     device: str
     folder: Path
     manifest: dict
+    user: bool = False  # a user entry (``perfseer-rt calibrate``), not shipped
+
+    @property
+    def corrections(self) -> dict[str, Correction]:
+        """metric -> correction of the base predictor's output (calibrated entries only)."""
+        cal = self.manifest.get("calibration") or {}
+        return {m: Correction.from_dict(c) for m, c in (cal.get("corrections") or {}).items()}
 
     @property
     def metrics(self) -> list[str]:
@@ -78,15 +91,39 @@ def models_root() -> Path:
     return Path(__file__).resolve().parents[2] / "exported_models"
 
 
+def user_root() -> Path:
+    """The folder of user device entries: ``$PERFSEER_RT_HOME/devices``, else
+    ``$XDG_DATA_HOME/perfseer-rt/devices`` (default ``~/.local/share/perfseer-rt/devices``).
+    Not created here."""
+    home = os.environ.get("PERFSEER_RT_HOME")
+    if home:
+        return Path(home).expanduser() / "devices"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "perfseer-rt" / "devices"
+
+
 @lru_cache(maxsize=None)
-def predictors() -> dict[str, Predictor]:
+def shipped_predictors() -> dict[str, Predictor]:
     """Every shipped predictor by device name."""
     out: dict[str, Predictor] = {}
-    root = models_root()
-    for manifest in sorted(root.glob(f"*/{MANIFEST}")):
+    for manifest in sorted(models_root().glob(f"*/{MANIFEST}")):
         doc = json.loads(manifest.read_text())
-        name = doc["device"]["name"]
-        out[name] = Predictor(name, manifest.parent, doc)
+        out[doc["device"]["name"]] = Predictor(doc["device"]["name"], manifest.parent, doc)
+    return out
+
+
+def predictors() -> dict[str, Predictor]:
+    """Every predictor by device name: the shipped ones, then the user's
+    entries under :func:`user_root` (read at each call: calibrate adds some)."""
+    out = dict(shipped_predictors())
+    for manifest in sorted(user_root().glob(f"*/{MANIFEST}")):
+        try:
+            doc = json.loads(manifest.read_text())
+            name = doc["device"]["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not an entry of ours (or a half-removed one): ignore it
+        if name not in out:
+            out[name] = Predictor(name, manifest.parent, doc, user=True)
     return out
 
 
@@ -98,17 +135,22 @@ def get_predictor(device: str | None) -> Predictor:
     """
     found = predictors()
     if not found:
-        raise DeviceError(f"no predictors are installed (looked in {models_root()})")
+        raise DeviceError(f"no predictors are installed (looked in {models_root()} and {user_root()})")
     if device is None:
         # a prior (kind gpu-prior) is used only when named
         measured = sorted(d for d, p in found.items() if p.kind != "gpu-prior") or sorted(found)
         device = next((d for d in DEFAULT_DEVICES if d in measured), measured[0])
     if device not in found:
-        raise DeviceError(f"unknown device {device!r}; shipped predictors: "
-                          f"{', '.join(sorted(found))} (see `perfseer-rt devices`)")
+        raise DeviceError(f"unknown device {device!r}; known predictors: "
+                          f"{', '.join(sorted(found))} (see `perfseer-rt devices`; "
+                          "`perfseer-rt calibrate` makes one for this machine)")
     pred = found[device]
     version = pred.manifest.get("feature_version")
     if version != layout.FEATURE_VERSION:
         raise DeviceError(f"predictor {device!r} expects feature layout {version!r}, this "
                           f"perfseer-rt extracts {layout.FEATURE_VERSION!r}; upgrade one of them")
     return pred
+
+
+# Callers (tests) that drop the cached shipped set call ``predictors.cache_clear()``.
+predictors.cache_clear = shipped_predictors.cache_clear  # type: ignore[attr-defined]

@@ -3,8 +3,8 @@
 - ``python -m training.byod train --csv FILE --model-column COL --metric latency_ms
   --device NAME``: builds the graphs of the models named in the CSV (ONNX
   paths or zoo specs), trains SeerNet, exports ``exported_models/NAME/``.
-- ``python -m training.byod nb201``: the NAS-Bench-201 benchmark on HELP's
-  19-device latency data, HELP's protocol (``reports/nb201``).
+
+The NAS-Bench-201 benchmark on HELP's data lives in :mod:`benchmarks.nb201`.
 """
 
 from training.byod.errors import ByodError

@@ -1,4 +1,4 @@
-"""Command line: ``python -m training.byod {train,nb201}``.
+"""Command line: ``python -m training.byod {train,calibrate}``.
 
 Errors in the input (:class:`~training.byod.errors.ByodError`) print one
 line, ``byod: error: ...``, and exit with status 2; no traceback.
@@ -14,7 +14,7 @@ from typing import Sequence
 from training.byod.errors import ByodError
 
 
-def _add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
+def add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
     p.add_argument("--epochs", type=int, default=epochs, help=f"at most this many epochs (default {epochs})")
     p.add_argument("--early-stop", type=int, default=30,
                    help="stop after this many epochs without validation improvement (default 30)")
@@ -27,8 +27,8 @@ def _add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.byod",
-                                description="Bring your own device: train a predictor from a CSV of "
-                                            "measurements, or run the NAS-Bench-201 benchmark.")
+                                description="Bring your own device: a predictor from a CSV of measurements. "
+                                            "(The NAS-Bench-201 benchmark: python -m benchmarks.nb201.)")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="CSV of measurements -> exported_models/<device>/",
                        description="Train SeerNet for one device from a CSV of measurements and export "
@@ -51,28 +51,31 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--test-rows", help="test rows, e.g. 901-1900")
     t.add_argument("--out", help="output folder (default exported_models/<device>)")
     t.add_argument("--json", action="store_true", help="print the accuracy as JSON")
-    _add_train_settings(t, 500)
+    add_train_settings(t, 500)
 
-    n = sub.add_parser("nb201", help="the NAS-Bench-201 benchmark (HELP protocol) -> a report",
-                       description="Reproduce reports/nb201: per-device SeerNet at 900 samples, few-shot "
-                                   "adaptation after multi-device pre-training, FLOPs baseline.")
-    n.add_argument("--out", default="reports/nb201", help="report folder (default reports/nb201)")
-    n.add_argument("--csv", default=None, help="the HELP latency CSV (default: ../shared/external/"
-                                                "help-nb201/nb201_latency.csv)")
-    n.add_argument("--devices", nargs="+", help="only these device columns (default: all)")
-    n.add_argument("--held-out", nargs="+", help="devices held out of pre-training (default: "
-                                                 "titanxp_1 gold_6240 pixel3 samsung_s7 titanxp_256)")
-    n.add_argument("--parts", nargs="+", default=["flops", "single", "fewshot", "ablation"],
-                   choices=["flops", "single", "fewshot", "ablation"],
-                   help="what to run (default: all); ablation = SeerNet on the zoo's nb201 graphs for "
-                        "--ablation-devices (default: the held-out devices)")
-    n.add_argument("--ablation-devices", nargs="+", help="devices of the zoo-graph ablation")
-    n.add_argument("--graphs", choices=["eager", "zoo"], default="eager",
-                   help="eager: the networks as NAS-Bench-201's PyTorch code runs them (every edge, dead "
-                        "nodes kept; default); zoo: the zoo's nb201 export (none edges and dead code removed)")
-    n.add_argument("--export-device", action="append", default=[],
-                   help="also ship the 900-sample predictor of this device to exported_models/nb201-<device>/")
-    _add_train_settings(n, 300)
+
+    c = sub.add_parser("calibrate", help="CSV of 10+ measured models + a base device -> a calibrated device entry",
+                       description="Correct a shipped device's predictor with 10 or more measurements of a new "
+                                   "device (no training; seconds); reports the leave-one-out error. The entry "
+                                   "is what `perfseer-rt calibrate` writes: `perfseer-rt predict --device NAME`.")
+    c.add_argument("--csv", required=True, help="the measurements (header line, one row per model)")
+    c.add_argument("--model-column", required=True,
+                   help="column with an ONNX path (relative to the CSV) or a zoo spec per row")
+    c.add_argument("--model-format", default="{}",
+                   help="turn each model cell into a spec, e.g. 'nb201:{}' for bare NAS-Bench-201 cells")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--batch-column", help="column with the batch size of each row")
+    g.add_argument("--batch", type=int, help="batch size of every row (default 1)")
+    c.add_argument("--metric", action="append", required=True, metavar="COL",
+                   help="metric column named as the base predicts it (latency_ms, peak_mem_mb); repeatable")
+    c.add_argument("--base", default="cpu-amd-epyc-1t", help="shipped device to correct (default cpu-amd-epyc-1t)")
+    c.add_argument("--device", required=True, help="name of the new device entry")
+    c.add_argument("--description", help="words describing the device")
+    c.add_argument("--out", help="entry folder (default: the user data dir perfseer-rt predict reads, "
+                                 "$PERFSEER_RT_HOME/devices/<device> or ~/.local/share/perfseer-rt/devices/<device>)")
+    c.add_argument("--force", action="store_true", help="replace an existing entry")
+    c.add_argument("--cache", help="graph cache folder (default training/byod/.cache, git-ignored)")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -86,16 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from training.byod.graphs import GraphCache
         from training.seernet.train import TrainConfig
 
-        torch.set_num_threads(max(1, args.threads))
-        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, early_stop=args.early_stop,
-                          seed=args.seed, threads=args.threads, progress=not args.quiet)
+        torch.set_num_threads(max(1, getattr(args, "threads", 1)))
+        cfg = None if args.command == "calibrate" else TrainConfig(
+            epochs=args.epochs, batch_size=args.batch_size, early_stop=args.early_stop, seed=args.seed,
+            threads=args.threads, progress=not args.quiet)
         cache = GraphCache(args.cache)
-        if args.command == "train":
-            return _train(args, cfg, cache, command)
-        from training.byod.nb201 import run_benchmark
-
-        run_benchmark(args, cfg, cache, command)
-        return 0
+        if args.command == "calibrate":
+            return _calibrate(args, cache)
+        return _train(args, cfg, cache, command)
     except ByodError as exc:
         print(f"byod: error: {exc}", file=sys.stderr)
         return 2
@@ -120,4 +121,23 @@ def _train(args, cfg, cache, command: str) -> int:
                   f"({s['count']} rows)")
         print(f"wrote {res.out}/seernet.onnx, manifest.json, report.md "
               f"({res.seconds['total']:.0f} s)")
+    return 0
+
+
+def _calibrate(args, cache) -> int:
+    import json
+
+    from training.byod.calibrate_csv import calibrate_from_csv
+
+    res = calibrate_from_csv(args.csv, args.model_column, args.metric, args.device, args.base,
+                             batch_column=args.batch_column, batch=args.batch, model_format=args.model_format,
+                             out=args.out, overwrite=args.force, cache=cache, description=args.description)
+    if args.json:
+        print(json.dumps({"device": res.device, "folder": str(res.folder), "base": res.base,
+                          "corrections": {m: c.to_dict() for m, c in res.corrections.items()}}, indent=1))
+        return 0
+    for m, c in res.corrections.items():
+        print(f"{m}: leave-one-out MAPE {c.cv_mape:.2f} %, within +-10 % {c.cv_within_10:.1f} % "
+              f"({c.count} models; base {res.base} uncorrected {c.base_mape:.2f} %)")
+    print(f"wrote {res.folder} (perfseer-rt predict MODEL --device {res.device})")
     return 0

@@ -88,8 +88,10 @@ def resolve(text: str, base: Path) -> ModelRef:
     if not path.is_file() and sep and head.isidentifier():
         parse_spec(t)  # "family:..." with an unknown family: the zoo's error lists the families
     if not path.is_file():
+        hint = (" A column of bare NAS-Bench-201 cell strings takes --model-format 'nb201:{}'."
+                if t.startswith("|") else "")
         raise FileNotFoundError(f"no ONNX file {str(path)!r} and not a zoo spec (zoo specs read "
-                                "FAMILY:..., e.g. nb201:|nor_conv_3x3~0|+|...|)")
+                                f"FAMILY:..., e.g. nb201:|nor_conv_3x3~0|+|...|).{hint}")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     return ModelRef("onnx", str(path.resolve()), digest, "onnx")
 

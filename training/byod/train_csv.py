@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from training.byod.errors import ByodError
 from training.byod.fit import FittedPredictor, fit_seernet, in_validation
 from training.byod.graphs import GraphCache, ModelRef, graphs_for, resolve
-from training.byod.protocol import spearman
 from training.byod.table import Measurements, parse_rows, read_csv
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.sample import GraphSample, from_perfgraph
@@ -118,7 +118,7 @@ def evaluate(fitted: FittedPredictor, samples: Sequence[GraphSample]) -> dict:
         true = np.array([s.targets.get(m, np.nan) for s in samples])
         ok = np.isfinite(true)
         s = score(pred[ok, j], true[ok])
-        s["spearman"] = spearman(pred[ok, j], true[ok]) if ok.sum() > 1 else None
+        s["spearman"] = float(spearmanr(pred[ok, j], true[ok]).statistic) if ok.sum() > 1 else None
         out[m] = s
     return out
 

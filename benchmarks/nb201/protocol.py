@@ -19,6 +19,7 @@ import hashlib
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import rankdata as _rankdata
 
 POOL = range(0, 900)
 TEST = range(900, 1900)
@@ -53,15 +54,7 @@ def draw(pool: Sequence[int], k: int, device: str, seed: int = 0) -> np.ndarray:
 
 def rankdata(a: np.ndarray) -> np.ndarray:
     """Average ranks (1-based) with ties sharing their mean rank."""
-    a = np.asarray(a, dtype=np.float64)
-    order = np.argsort(a, kind="stable")
-    sorted_a = a[order]
-    ranks = np.empty(len(a), dtype=np.float64)
-    starts = np.flatnonzero(np.r_[True, sorted_a[1:] != sorted_a[:-1]])
-    ends = np.r_[starts[1:], len(a)]
-    for s, e in zip(starts, ends):
-        ranks[order[s:e]] = (s + e + 1) / 2.0
-    return ranks
+    return _rankdata(np.asarray(a, dtype=np.float64), method="average")
 
 
 def spearman(pred: np.ndarray, true: np.ndarray) -> float:

@@ -1,6 +1,6 @@
 """The NAS-Bench-201 benchmark: HELP's 19-device latencies, HELP's protocol.
 
-``python -m training.byod nb201 --out reports/nb201`` runs three parts and
+``python -m benchmarks.nb201 seernet --csv FILE --out reports/nb201`` runs three parts and
 writes ``README.md`` and ``results.json`` into ``--out``:
 
 - ``flops``: FLOPs alone. Spearman of the graph's total FLOPs against the
@@ -10,7 +10,7 @@ writes ``README.md`` and ``results.json`` into ``--out``:
   (the "900 samples" setting of BRP-NAS: 900 pool architectures, 720 after
   the 10..90 % trim), scored on the trimmed test set.
 - ``fewshot``: one multi-device SeerNet pre-trained on the pool data of every
-  device except the held-out ones (:mod:`training.byod.fewshot`), then each
+  device except the held-out ones (:mod:`benchmarks.nb201.seernet_multi`), then each
   held-out device fitted from k = 10, 20, 50, 100 and all (720) of its
   trimmed-pool samples; also SeerNet trained from scratch on the same k
   samples, to show what pre-training buys.
@@ -22,88 +22,30 @@ rebuilds the report in seconds.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import platform
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from perfseer_rt.graph import layout
-from training.byod import protocol
+from benchmarks.nb201 import protocol
+from benchmarks.nb201.help_data import DEVICES, HelpData, device_batch, load_help, parse_batches
 from training.byod.errors import ByodError
 from training.byod.graphs import GraphCache, graphs_for, resolve
 from training.seernet.sample import GraphSample, from_perfgraph
 from training.seernet.train import TrainConfig
 
-DEFAULT_CSV = Path(__file__).resolve().parents[3] / "shared" / "external" / "help-nb201" / "nb201_latency.csv"
 METRIC = "latency_ms"
 SHOTS = (10, 20, 50, 100, 900)
-
-#: The devices of the HELP data: kind, batch size, words. Plain data.
-DEVICES: dict[str, tuple[str, int, str]] = {
-    "1080ti_1": ("gpu", 1, "NVIDIA GTX 1080 Ti, batch 1"),
-    "1080ti_32": ("gpu", 32, "NVIDIA GTX 1080 Ti, batch 32"),
-    "1080ti_256": ("gpu", 256, "NVIDIA GTX 1080 Ti, batch 256"),
-    "2080ti_1": ("gpu", 1, "NVIDIA RTX 2080 Ti, batch 1"),
-    "2080ti_32": ("gpu", 32, "NVIDIA RTX 2080 Ti, batch 32"),
-    "2080ti_256": ("gpu", 256, "NVIDIA RTX 2080 Ti, batch 256"),
-    "titanx_1": ("gpu", 1, "NVIDIA Titan X, batch 1"),
-    "titanx_32": ("gpu", 32, "NVIDIA Titan X, batch 32"),
-    "titanx_256": ("gpu", 256, "NVIDIA Titan X, batch 256"),
-    "titanxp_1": ("gpu", 1, "NVIDIA Titan Xp, batch 1"),
-    "titanxp_32": ("gpu", 32, "NVIDIA Titan Xp, batch 32"),
-    "titanxp_256": ("gpu", 256, "NVIDIA Titan Xp, batch 256"),
-    "gold_6240": ("cpu", 1, "Intel Xeon Gold 6240, batch 1"),
-    "silver_4114": ("cpu", 1, "Intel Xeon Silver 4114, batch 1"),
-    "silver_4210r": ("cpu", 1, "Intel Xeon Silver 4210R, batch 1"),
-    "essential_ph_1": ("phone", 1, "Essential PH-1 phone, batch 1 (whole ms)"),
-    "pixel3": ("phone", 1, "Google Pixel 3 phone, batch 1"),
-    "samsung_a50": ("phone", 1, "Samsung Galaxy A50 phone, batch 1 (whole ms)"),
-    "samsung_s7": ("phone", 1, "Samsung Galaxy S7 phone, batch 1 (whole ms)"),
-}
 #: Held out of pre-training by default: a GPU at batch 1, a GPU at batch
 #: 256, a desktop CPU and two phones.
 HELD_OUT = ("titanxp_1", "titanxp_256", "gold_6240", "pixel3", "samsung_s7")
-
-
-@dataclass
-class HelpData:
-    """The first 1,900 architectures of the HELP CSV (pool + test)."""
-
-    cells: list[str]
-    latency: dict[str, np.ndarray]  # device -> ms per architecture index
-
-    @property
-    def devices(self) -> list[str]:
-        return list(self.latency)
-
-
-def load_help(path: str | Path, n: int = 1900) -> HelpData:
-    """Read the HELP CSV (``index``, ``arch_str``, ``<device>_ms`` ...)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ByodError(f"no HELP latency CSV at {str(path)!r}; pass --csv")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        cols = [c for c in reader.fieldnames or [] if c.endswith("_ms")]
-        if "arch_str" not in (reader.fieldnames or []) or not cols:
-            raise ByodError(f"{path}: expected columns index, arch_str, <device>_ms")
-        rows = [r for _, r in zip(range(n), reader)]
-    for i, r in enumerate(rows):
-        if int(r["index"]) != i:
-            raise ByodError(f"{path}: row {i + 1} has index {r['index']}, expected {i}")
-    lat = {c[:-3]: np.array([float(r[c]) for r in rows]) for c in cols}
-    return HelpData([r["arch_str"] for r in rows], lat)
-
-
-def device_batch(device: str) -> int:
-    return DEVICES.get(device, ("?", 1, ""))[1]
 
 
 class Samples:
@@ -111,6 +53,7 @@ class Samples:
 
     def __init__(self, data: HelpData, batches: Sequence[int], cache: GraphCache, graphs: str = "eager"):
         prefix = {"eager": "nb201-eager:", "zoo": "nb201:"}[graphs]
+        self.batch = data.batch
         self.variant = graphs
         refs = [resolve(prefix + c, Path(".")) for c in data.cells]
         self.by_batch: dict[int, list[GraphSample]] = {}
@@ -124,12 +67,12 @@ class Samples:
 
     def for_device(self, idx: Sequence[int], device: str, latency: np.ndarray) -> list[GraphSample]:
         """Samples of architectures ``idx`` with the device's latency as target."""
-        base = self.by_batch[device_batch(device)]
+        base = self.by_batch[self.batch[device]]
         return [replace(base[i], targets={METRIC: float(latency[i])}) for i in idx]
 
     def flops(self, idx: Sequence[int], device: str) -> np.ndarray:
         col = layout.GLOBAL_COLUMNS.index("flops_total")
-        base = self.by_batch[device_batch(device)]
+        base = self.by_batch[self.batch[device]]
         return np.array([base[i].u[col] for i in idx], dtype=np.float64)
 
 
@@ -222,13 +165,13 @@ def _export_device(device: str, fitted, samples: Samples, data: HelpData, acc: d
                               "trimmed to the 10..90 % latency band",
                     "domain": "NAS-Bench-201 CIFAR-10 networks only"})
     write_manifest(out / "manifest.json", device=f"nb201-{device}",
-                   description=f"{DEVICES[device][2]}; latencies measured by others (HELP / BRP-NAS), "
+                   description=f"{DEVICES.get(device, ('', 0, device))[2]}; latencies measured by others (HELP / BRP-NAS), "
                                "PyTorch NAS-Bench-201 networks",
                    metrics=fitted.metrics, normalization=fitted.norm, models=[entry],
                    training_data=summary,
                    accuracy={"test": {"seernet": {METRIC: {k: acc[k] for k in
                                                            ("mape", "within_10", "spearman", "count")}}}},
-                   report={"command": "python -m training.byod nb201 --export-device " + device,
+                   report={"command": "python -m benchmarks.nb201 seernet --csv FILE --export-device " + device,
                            "protocol": "HELP: pool 0..899, test 900..1899, 10..90 % trim"})
     write_device_report(out, device, acc)
     log(f"exported {out}")
@@ -237,20 +180,20 @@ def _export_device(device: str, fitted, samples: Samples, data: HelpData, acc: d
 def write_device_report(out: Path, device: str, acc: dict) -> None:
     """The short ``report.md`` beside a shipped ``nb201-<device>`` predictor."""
     (out / "report.md").write_text(
-        f"# Predictor for `nb201-{device}`\n\n{DEVICES[device][2]}. SeerNet (paper 001) trained on the 720 "
+        f"# Predictor for `nb201-{device}`\n\n{DEVICES.get(device, ('', 0, device))[2]}. SeerNet (paper 001) trained on the 720 "
         "trimmed pool architectures (0..899) of HELP's NAS-Bench-201 latencies, measured by others with "
         "NAS-Bench-201's PyTorch networks; graphs as that code executes them (`nb201-eager:<cell>`).\n\n"
         f"Test (architectures 900..1899, 10..90 % trim, {acc['count']} networks): Spearman "
         f"{acc['spearman']:.3f}, MAPE {acc['mape']:.2f} %, {acc['within_10']:.1f} % within +-10 %.\n\n"
         "Domain: NAS-Bench-201 CIFAR-10 networks only. Full report: `reports/nb201/README.md`; rebuild: "
-        f"`python -m training.byod nb201 --parts single --devices {device} --export-device {device} "
+        f"`python -m benchmarks.nb201 seernet --csv FILE --parts single --devices {device} --export-device {device} "
         f"--out /tmp/nb201-{device}` (leaves reports/nb201 alone).\n")
 
 
 def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_out: Sequence[str],
                 cfg: TrainConfig, store: RunStore, hidden: int = 256, draws: int = 5) -> dict:
     """Pre-train on the pool of every device but ``held_out``; adapt each held-out device."""
-    from training.byod import fewshot
+    from benchmarks.nb201 import seernet_multi as fewshot
 
     pre_devs = [d for d in devices if d not in held_out]
     if not pre_devs:
@@ -284,9 +227,9 @@ def run_fewshot(data: HelpData, samples: Samples, devices: Sequence[str], held_o
     for h in held_out:
         lat = data.latency[h]
         pool, test = protocol.protocol_sets(lat)
-        base = samples.by_batch[device_batch(h)]
+        base = samples.by_batch[data.batch[h]]
         heads, emb = pre.features([base[i] for i in range(len(base))])
-        same = [j for j, d in enumerate(pre_devs) if device_batch(d) == device_batch(h)]
+        same = [j for j, d in enumerate(pre_devs) if data.batch[d] == data.batch[h]]
         feats = heads[:, same] if same else heads
         out.setdefault("selection", {})[h] = _selection(heads, emb, feats, base, lat, pool, h, draws)
         curve = {}
@@ -316,7 +259,7 @@ def _selection(heads, emb, feats, base, lat, pool, device: str, draws: int) -> d
     """How the adaptation recipe was chosen: mean Spearman, over the draws, on
     the device's trimmed pool outside the k samples (never the test set), of
     ridge heads on four feature sets."""
-    from training.byod import fewshot
+    from benchmarks.nb201 import seernet_multi as fewshot
 
     gi = layout.column_index(layout.GLOBAL_COLUMNS)
     u = np.stack([s.u for s in base]).astype(np.float64)
@@ -377,8 +320,8 @@ def _pretrain_samples(data: HelpData, samples: Samples, devices: Sequence[str]) 
     """One graph per (architecture, batch) in some device's trimmed pool, with
     the latencies of that batch's devices whose trimmed pool holds it."""
     out = []
-    for b in sorted({device_batch(d) for d in devices}):
-        devs = [d for d in devices if device_batch(d) == b]
+    for b in sorted({data.batch[d] for d in devices}):
+        devs = [d for d in devices if data.batch[d] == b]
         pools = {d: set(protocol.protocol_sets(data.latency[d])[0].tolist()) for d in devs}
         for i in protocol.POOL:
             t = {f"{d}_ms": float(data.latency[d][i]) for d in devs if i in pools[d]}
@@ -389,20 +332,22 @@ def _pretrain_samples(data: HelpData, samples: Samples, devices: Sequence[str]) 
 
 # ----------------------------------------------------------------------- driver
 def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> dict:
-    """``python -m training.byod nb201`` (see the module doc)."""
+    """``python -m benchmarks.nb201 seernet`` (see the module doc)."""
     t_start = time.perf_counter()
-    data = load_help(args.csv or DEFAULT_CSV)
+    data = load_help(args.csv)
     devices = args.devices or data.devices
     unknown = [d for d in devices if d not in data.latency]
     if unknown:
         raise ByodError(f"unknown device(s) {unknown}; the CSV has {', '.join(data.devices)}")
+    extra = parse_batches(args.batch)
+    data.batch = {d: device_batch(d, extra) for d in devices}  # refuses a device of unknown batch
     held_out = [d for d in (args.held_out or HELD_OUT) if d in devices]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = RunStore(cache.root / "nb201-runs")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    samples = Samples(data, [device_batch(d) for d in devices], cache, args.graphs)
+    samples = Samples(data, [data.batch[d] for d in devices], cache, args.graphs)
     timings["graphs"] = time.perf_counter() - t0
     log(f"graphs ready: {len(data.cells)} architectures at batch {sorted(samples.by_batch)} "
         f"({cache.exports} exported now, {cache.export_seconds:.0f} s)")
@@ -410,7 +355,7 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
                                   "trim": "per device and set: sorted positions int(0.1 n)..int(0.9 n)",
                                   "metric": "Spearman rank correlation on the trimmed test set; MAPE and "
                                             "share within +-10 % on the same set"},
-                     "devices": {d: {"kind": DEVICES.get(d, ("?",))[0], "batch": device_batch(d),
+                     "devices": {d: {"kind": DEVICES.get(d, ("?",))[0], "batch": data.batch[d],
                                      "description": DEVICES.get(d, ("", 1, d))[2]} for d in devices},
                      "data_notes": _data_notes(data, devices)}
     if "flops" in args.parts:
@@ -426,7 +371,7 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
     if "ablation" in args.parts:
         t0 = time.perf_counter()
         abl = [d for d in (args.ablation_devices or held_out) if d in devices]
-        zoo = samples if samples.variant == "zoo" else Samples(data, [device_batch(d) for d in abl], cache, "zoo")
+        zoo = samples if samples.variant == "zoo" else Samples(data, [data.batch[d] for d in abl], cache, "zoo")
         results["ablation_zoo"] = {"devices": abl, "flops": run_flops(data, zoo, abl),
                                    "single": run_single(data, zoo, abl, cfg, store)}
         timings["ablation"] = time.perf_counter() - t0
@@ -434,7 +379,7 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
     results["run"] = {"command": command, "train_config": cfg.to_dict(), "seconds_this_run": timings,
                       "python": platform.python_version(), "machine": platform.machine(),
                       "torch_threads": cfg.threads}
-    from training.byod.nb201_report import write_report
+    from benchmarks.nb201.seernet_report import write_report
 
     write_report(out, results)
     log(f"wrote {out / 'README.md'} and results.json ({timings['total']:.0f} s)")

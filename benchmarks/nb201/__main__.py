@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.nb201.cli import main
+
+sys.exit(main())

@@ -1,0 +1,255 @@
+"""Few-shot latency prediction for a new device from k measurements (HELP protocol).
+
+Pre-training. A small multi-device network maps an architecture's encoding
+(:func:`encode`: the one-hot operation on each of the cell's 6 edges, the
+count of each operation, whether ``none`` edges cut the cell and how many dead
+operations it runs) to the standardized log latency of every pre-training
+device, one output per device. It learns from the pool architectures
+(0..899) of the pre-training devices only; an ensemble of ``seeds`` networks
+is averaged. The outputs are the architecture's *device profile*: where it
+ranks on each known device.
+
+Adaptation. A new device is seen only through k measured architectures of
+its trimmed pool. Two adapters map the device profile to the new device's
+log latency, both fitted in milliseconds:
+
+- ``similarity`` (HELP's idea of a hardware embedding: a device is what its
+  latencies on some architectures are): each pre-training device is weighted
+  by ``exp(t * rho)``, ``rho`` the Spearman correlation of its profile with
+  the k measured latencies; the weighted profile is fitted to the k log
+  latencies by a line. The temperature ``t`` is chosen by leave-one-out
+  error on the k samples.
+- ``ridge``: log latency = a + b * mean profile + c . (profile - mean profile),
+  ridge penalty on ``c`` only (shrinks toward "an average device", not toward
+  a constant), penalty chosen by leave-one-out error on the k samples.
+
+Which adapter serves which k is chosen on *validation devices* (held out of a
+separate pre-training, never the test devices): the adapter with the best
+mean Spearman on the validation devices' pool architectures outside the k
+samples. The test devices are then held out of the final pre-training, and
+scored on HELP's trimmed test set (900..1899) over ``draws`` random draws of
+the k samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from benchmarks.nb201 import protocol
+from benchmarks.nb201.help_data import HelpData
+
+OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
+SHOTS = (10, 20, 50, 100, 900)
+ALPHAS = np.logspace(-3, 3, 13)
+TEMPERATURES = (1.0, 3.0, 10.0, 30.0)
+
+
+def encode(cell: str) -> np.ndarray:
+    """An NB201 cell string -> 37 features: one-hot op per edge (6 x 5), op
+    counts (5), cut by ``none`` edges (1), dead operations (1)."""
+    ops = [tok.split("~")[0] for part in cell.strip().split("+") for tok in part.split("|") if tok]
+    if len(ops) != 6 or any(o not in OPS for o in ops):
+        raise ValueError(f"not a NAS-Bench-201 cell: {cell!r}")
+    x = np.zeros((6, len(OPS)))
+    for i, o in enumerate(ops):
+        x[i, OPS.index(o)] = 1.0
+    p = protocol.cell_paths(cell)
+    return np.r_[x.ravel(), x.sum(0), float(p["cut"]), float(p["dead_ops"])]
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Settings of the multi-device network (chosen once, before any test device was scored)."""
+
+    hidden: int = 128
+    epochs: int = 600
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    seeds: int = 3
+
+
+def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
+             cache: Path | None = None) -> tuple[np.ndarray, float]:
+    """Device profiles ``[architectures, devices]`` of every architecture in
+    ``data``, from a network trained on the pool (0..899) of ``devices``, and
+    the seconds that training took. Cached under ``cache`` by (settings,
+    devices, their pool latencies)."""
+    pool = np.asarray(protocol.POOL)
+    y = np.stack([np.log(data.latency[d][pool]) for d in devices], 1)
+    key = hashlib.sha256(json.dumps([cfg.__dict__, list(devices), data.cells[:900]]).encode()
+                         + y.tobytes()).hexdigest()[:16]
+    path = cache / f"profiles-{key}.npy" if cache else None
+    if path is not None and path.is_file() and path.with_suffix(".json").is_file():
+        return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+    t0 = time.perf_counter()
+    x_all = torch.tensor(np.stack([encode(c) for c in data.cells]), dtype=torch.float32)
+    yz = torch.tensor((y - y.mean(0)) / y.std(0), dtype=torch.float32)
+    xs = x_all[pool]
+    outs = []
+    for seed in range(cfg.seeds):
+        torch.manual_seed(seed)
+        net = torch.nn.Sequential(torch.nn.Linear(x_all.shape[1], cfg.hidden), torch.nn.ReLU(),
+                                  torch.nn.Linear(cfg.hidden, cfg.hidden), torch.nn.ReLU(),
+                                  torch.nn.Linear(cfg.hidden, len(devices)))
+        opt = torch.optim.Adam(net.parameters(), cfg.lr, weight_decay=cfg.weight_decay)
+        for _ in range(cfg.epochs):  # full batch: 900 architectures
+            opt.zero_grad()
+            loss = ((net(xs) - yz) ** 2).mean()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            outs.append(net(x_all).numpy().astype(np.float64))
+    z = np.mean(outs, 0)
+    seconds = time.perf_counter() - t0
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, z)
+        tmp.replace(path)  # the .npy last: its presence means the pair is complete
+    return z, seconds
+
+
+# ------------------------------------------------------------------- adapters
+def _loo(n: int, fit: Callable, predict: Callable, f: np.ndarray, y: np.ndarray) -> float:
+    err = 0.0
+    for i in range(n):
+        m = np.ones(n, bool)
+        m[i] = False
+        err += float((predict(fit(f[m], y[m]), f[i:i + 1])[0] - y[i]) ** 2)
+    return err / n
+
+
+@dataclass
+class SimilarityHead:
+    """Weighted device profile, then a line; see the module doc."""
+
+    weights: np.ndarray
+    line: np.ndarray  # [intercept, slope]
+    temperature: float
+
+    def predict_log(self, profiles: np.ndarray) -> np.ndarray:
+        return self.line[0] + self.line[1] * (profiles @ self.weights)
+
+
+def _sim_fit(f: np.ndarray, y: np.ndarray, t: float) -> SimilarityHead:
+    ry = protocol.rankdata(y)
+    rho = np.nan_to_num(np.array([np.corrcoef(protocol.rankdata(f[:, j]), ry)[0, 1] for j in range(f.shape[1])]))
+    w = np.exp(t * (rho - rho.max()))
+    w /= w.sum()
+    g = f @ w
+    line = np.linalg.lstsq(np.c_[np.ones(len(g)), g], y, rcond=None)[0]
+    return SimilarityHead(w, line, t)
+
+
+def fit_similarity(profiles: np.ndarray, latency: np.ndarray) -> SimilarityHead:
+    """Fit on k samples (``profiles [k, D]``, latency in ms); temperature by leave-one-out."""
+    y = np.log(latency)
+    best = min(TEMPERATURES, key=lambda t: _loo(len(y), lambda f, yy: _sim_fit(f, yy, t),
+                                                 lambda h, f: h.predict_log(f), profiles, y))
+    return _sim_fit(profiles, y, best)
+
+
+@dataclass
+class RidgeHead:
+    """a + b * mean profile + c . (profile - mean profile); see the module doc."""
+
+    coef: np.ndarray
+    alpha: float
+
+    @staticmethod
+    def design(profiles: np.ndarray) -> np.ndarray:
+        m = profiles.mean(1, keepdims=True)
+        return np.c_[np.ones(len(profiles)), m, profiles - m]
+
+    def predict_log(self, profiles: np.ndarray) -> np.ndarray:
+        return self.design(profiles) @ self.coef
+
+
+def _ridge_fit(f: np.ndarray, y: np.ndarray, alpha: float) -> RidgeHead:
+    d = RidgeHead.design(f)
+    pen = np.eye(d.shape[1]) * alpha
+    pen[0, 0] = pen[1, 1] = 0.0
+    return RidgeHead(np.linalg.solve(d.T @ d + pen + 1e-9 * np.eye(d.shape[1]), d.T @ y), alpha)
+
+
+def _ridge_loo(f: np.ndarray, y: np.ndarray, alpha: float) -> float:
+    """Exact leave-one-out mean squared error of the ridge fit (hat matrix:
+    the held-out residual is r_i / (1 - H_ii))."""
+    d = RidgeHead.design(f)
+    pen = np.eye(d.shape[1]) * alpha
+    pen[0, 0] = pen[1, 1] = 0.0
+    inv = np.linalg.inv(d.T @ d + pen + 1e-9 * np.eye(d.shape[1]))
+    h = np.einsum("ij,jk,ik->i", d, inv, d)
+    r = y - d @ (inv @ (d.T @ y))
+    return float(np.mean((r / np.maximum(1.0 - h, 1e-9)) ** 2))
+
+
+def fit_ridge(profiles: np.ndarray, latency: np.ndarray) -> RidgeHead:
+    """Fit on k samples; penalty by (exact) leave-one-out error."""
+    y = np.log(latency)
+    best = min(ALPHAS, key=lambda a: _ridge_loo(profiles, y, float(a)))
+    return _ridge_fit(profiles, y, float(best))
+
+
+ADAPTERS: dict[str, Callable] = {"similarity": fit_similarity, "ridge": fit_ridge}
+
+
+# ------------------------------------------------------------------ protocol
+def select(data: HelpData, profiles: np.ndarray, validation: Sequence[str], draws: int,
+           shots: Sequence[int] = SHOTS[:-1]) -> dict:
+    """Mean Spearman of each adapter on the validation devices' pool outside
+    the k samples, and the adapter chosen per k (for k >= the pool, the one
+    chosen at the largest k validated)."""
+    table: dict = {}
+    for name, fit in ADAPTERS.items():
+        for k in shots:
+            sp = []
+            for v in validation:
+                lat = data.latency[v]
+                pool, _ = protocol.protocol_sets(lat)
+                for seed in range(draws):
+                    idx = protocol.draw(pool, k, v, seed)
+                    rest = np.setdiff1d(pool, idx)
+                    head = fit(profiles[idx], lat[idx])
+                    sp.append(protocol.spearman(head.predict_log(profiles[rest]), lat[rest]))
+            table.setdefault(name, {})[str(k)] = float(np.mean(sp))
+    chosen = {str(k): max(ADAPTERS, key=lambda a: table[a][str(k)]) for k in shots}
+    return {"validation_devices": list(validation), "spearman_pool_rest": table, "chosen": chosen}
+
+
+def chosen_adapter(selection: dict, k: int) -> str:
+    ks = sorted(int(x) for x in selection["chosen"])
+    return selection["chosen"][str(max([x for x in ks if x <= k] or ks[:1]))]
+
+
+def evaluate(data: HelpData, profiles: np.ndarray, device: str, selection: dict, draws: int,
+             shots: Sequence[int] = SHOTS) -> dict:
+    """Test metrics of ``device`` per k: mean and std over the draws."""
+    lat = data.latency[device]
+    pool, test = protocol.protocol_sets(lat)
+    out = {}
+    for k in shots:
+        name = chosen_adapter(selection, k)
+        runs, secs = [], []
+        for seed in range(draws if k < len(pool) else 1):
+            idx = protocol.draw(pool, k, device, seed)
+            t0 = time.perf_counter()
+            head = ADAPTERS[name](profiles[idx], lat[idx])
+            secs.append(time.perf_counter() - t0)
+            runs.append(protocol.accuracy(np.exp(head.predict_log(profiles[test])), lat[test]))
+        row = {m: float(np.mean([r[m] for r in runs])) for m in ("spearman", "mape", "within_10")}
+        row.update({f"{m}_std": float(np.std([r[m] for r in runs])) for m in ("spearman", "mape", "within_10")})
+        row.update({"spearman_min": float(np.min([r["spearman"] for r in runs])), "draws": len(runs),
+                    "k": int(min(k, len(pool))), "adapter": name, "fit_seconds": float(np.mean(secs)),
+                    "count": runs[0]["count"]})
+        out[str(k)] = row
+    return out

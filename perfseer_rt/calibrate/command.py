@@ -1,0 +1,50 @@
+"""``perfseer-rt calibrate``."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--name", default=None, help="Device name of the entry (default local-cpu / local-cuda).")
+@click.option("--base", default="cpu-amd-epyc-1t", show_default=True,
+              help="Shipped device whose predictor is corrected.")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Profile on the CPU (1 intra-op thread) or a CUDA GPU.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Entry folder (default $PERFSEER_RT_HOME/devices/NAME, else "
+                   "~/.local/share/perfseer-rt/devices/NAME; predict finds only those).")
+@click.option("--models", "n_models", type=click.IntRange(min=3), default=None,
+              help="Profile only the first N (smallest) reference models (default: all 16, about a minute).")
+@click.option("--force", is_flag=True, help="Replace an existing entry of that name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def calibrate(name, base, provider, out, n_models, force, as_json):
+    """Profile bundled reference models here; write a calibrated device entry."""
+    from tqdm import tqdm
+
+    from perfseer_rt.calibrate.api import calibrate as do_calibrate
+    from perfseer_rt.calibrate.reference import references
+    from perfseer_rt.cli import emit_json
+
+    refs = references()[:n_models] if n_models else references()
+    with tqdm(total=len(refs), unit="model", desc="calibrate", disable=as_json, leave=False) as bar:
+        def progress(done, total, model):
+            bar.set_postfix_str(model)
+            bar.update(1)
+
+        res = do_calibrate(name, base=base, provider=provider, out=out, refs=refs, overwrite=force,
+                           progress=progress)
+    if as_json:
+        emit_json({"device": res.device, "folder": str(res.folder), "base": res.base,
+                   "seconds": res.seconds, "corrections": {m: c.to_dict() for m, c in res.corrections.items()},
+                   "models": res.measured})
+        return
+    click.echo(f"wrote device {res.device!r} to {res.folder} ({res.seconds:.0f} s; base {res.base})")
+    for m, c in res.corrections.items():
+        click.echo(f"  {m:<12} cross-validated MAPE {c.cv_mape:.1f} % ({c.cv_within_10:.0f} % within +-10 %, "
+                   f"{c.count} models; uncorrected base {c.base_mape:.1f} %)")
+    failed = [r for r in res.measured if r["status"] != "ok"]
+    for r in failed:
+        click.echo(f"  not measured: {r['name']}: {r['error']}")
+    if out is None:
+        click.echo(f"use it: perfseer-rt predict MODEL.onnx --device {res.device}")

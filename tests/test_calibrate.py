@@ -1,0 +1,149 @@
+"""``perfseer-rt calibrate``: the correction fit, the entry it writes, predict
+using it, and the local-CPU check of ``predict`` / ``devices``.
+
+The end-to-end test profiles the three smallest bundled reference models for
+real on this machine (about 10-20 s) and checks mechanics, not accuracy: a
+loaded shared machine makes any accuracy figure meaningless here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+from perfseer_rt.calibrate.fit import fit_correction
+from perfseer_rt.calibrate.reference import materialize, references
+from perfseer_rt.cli import main
+from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.predict import api, local_cpu, registry
+
+BASE = "cpu-amd-epyc-1t"
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+# ------------------------------------------------------------------ the fit
+def test_fit_recovers_a_power_law_and_prefers_one_factor_when_enough():
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.uniform(-1, 4, 16))
+    power = fit_correction("latency_ms", base, 0.7 * base ** 1.2)
+    assert power.kind == "power" and power.b == pytest.approx(1.2) and power.cv_mape < 1e-6
+    np.testing.assert_allclose(power.apply(base), 0.7 * base ** 1.2, rtol=1e-9)
+    noisy = 1.4 * base * np.exp(rng.normal(0, 0.05, 16))
+    scale = fit_correction("latency_ms", base, noisy)
+    assert scale.kind == "scale" and np.exp(scale.a) == pytest.approx(1.4, rel=0.05)
+    assert 0 < scale.cv_mape < 10 and scale.base_mape == pytest.approx(100 * np.mean(np.abs(base / noisy - 1)))
+
+
+def test_fit_refuses_too_few_or_bad_values():
+    with pytest.raises(PerfSeerError, match="at least 3"):
+        fit_correction("latency_ms", np.ones(2), np.ones(2))
+    with pytest.raises(PerfSeerError, match="positive"):
+        fit_correction("latency_ms", np.array([1.0, 2.0, 3.0]), np.array([1.0, -2.0, 3.0]))
+
+
+# --------------------------------------------------------- reference models
+def test_reference_models_are_small_and_run_once_materialized():
+    refs = references()
+    assert len(refs) >= 12
+    assert sum(r.path.stat().st_size for r in refs) < 2 * 2**20  # structure only
+    ref = refs[0]
+    sess = ort.InferenceSession(materialize(ref.path), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    shape = [ref.batch if not isinstance(d, int) else d for d in inp.shape]
+    out = sess.run(None, {inp.name: np.random.default_rng(0).random(shape, dtype=np.float32)})[0]
+    assert np.isfinite(out).all()
+
+
+# ----------------------------------------------------------- end to end
+@pytest.mark.slow
+def test_calibrate_writes_an_entry_that_predict_uses(home):
+    r = cli("calibrate", "--models", 3, "--name", "here", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output.strip().splitlines()[-1])
+    entry = home / "devices" / "here"
+    assert doc["folder"] == str(entry) and (entry / "manifest.json").is_file()
+    assert [m["name"] for m in doc["models"]] == [x.name for x in references()[:3]]
+    assert all(m["status"] == "ok" and m["latency_ms"] > 0 for m in doc["models"])
+    lat = doc["corrections"]["latency_ms"]
+    assert lat["count"] == 3 and np.isfinite(lat["cv_mape"])
+    manifest = json.loads((entry / "manifest.json").read_text())
+    assert manifest["device"]["base"] == BASE and manifest["device"]["description"]["cpu_family"] is not None
+
+    # predict --device here = the base prediction through the fitted correction
+    model = references()[5].path
+    [base] = api.predict(model, device=BASE)
+    [mine] = api.predict(model, device="here")
+    want = np.exp(lat["a"]) * base["metrics"]["latency_ms"]["value"] ** lat["b"]
+    assert mine["device"] == "here"
+    assert mine["metrics"]["latency_ms"]["value"] == pytest.approx(want, rel=1e-5)
+    assert not any("calibrate" in w for w in mine["warnings"])  # measured here: same CPU
+
+    listed = cli("devices")
+    assert "here:" in listed.output and "calibrated from cpu-amd-epyc-1t" in listed.output
+
+    # a second run without --force refuses and leaves the entry as it was
+    before = (entry / "manifest.json").read_text()
+    again = cli("calibrate", "--models", 3, "--name", "here")
+    assert again.exit_code == 2 and "pass --force" in again.output
+    assert (entry / "manifest.json").read_text() == before
+
+
+def test_calibrate_refuses_bad_names_before_profiling(home):
+    for args, needle in ((("--name", BASE), "is a shipped device"),
+                         (("--name", "bad name"), "device name 'bad name'"),
+                         (("--base", "nosuch"), "unknown device 'nosuch'")):
+        r = cli("calibrate", "--models", 3, *args)
+        assert r.exit_code == 2 and needle in r.output, r.output
+        assert r.output.count("\n") == 1
+    assert not (home / "devices").exists() or not any((home / "devices").iterdir())
+
+
+# ------------------------------------------------------- local CPU check
+EPYC = {"cpu_model": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_family": "25", "cpu_model_id": "17",
+        "cpu_stepping": "1", "cpu_isa": "avx512_bf16"}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8375C", "cpu_vendor": "GenuineIntel", "cpu_family": "6",
+        "cpu_model_id": "106", "cpu_stepping": "6", "cpu_isa": "avx512_vnni"}
+
+
+def _manifest(desc):
+    return {"device": {"name": "d", "description": desc}}
+
+
+def test_match_by_signature_or_by_name():
+    assert local_cpu.matches_local(_manifest(EPYC), EPYC) is True
+    assert local_cpu.matches_local(_manifest(EPYC), XEON) is False
+    # a later stepping of the same model still matches
+    assert local_cpu.matches_local(_manifest(EPYC), {**EPYC, "cpu_stepping": "2"}) is True
+    # an older manifest with the model name only
+    assert local_cpu.matches_local(_manifest({"cpu_model": "AMD EPYC"}), EPYC) is True
+    assert local_cpu.matches_local(_manifest({"cpu_model": "AMD EPYC"}), XEON) is False
+    # not a CPU device, or words only: the question does not apply
+    assert local_cpu.matches_local(_manifest({"cpu_model": "AMD EPYC", "gpu_name": "H100"}), XEON) is None
+    assert local_cpu.matches_local(_manifest("Intel Xeon Gold 6240, batch 1"), XEON) is None
+
+
+def test_predict_warns_on_another_cpu(monkeypatch):
+    model = references()[0].path
+    monkeypatch.setattr(local_cpu, "local_cpu", lambda: XEON)
+    [r] = api.predict(model, device=BASE)
+    [w] = [w for w in r["warnings"] if "calibrate" in w]
+    assert "cpu-amd-epyc-1t" in w and "Xeon" in w
+    listed = cli("devices")
+    assert "differs (run `perfseer-rt calibrate`)" in listed.output
+    monkeypatch.setattr(local_cpu, "local_cpu",
+                        lambda: {**local_cpu.device_environment(registry.get_predictor(BASE).manifest)})
+    [r] = api.predict(model, device=BASE)  # the CPU the device was measured on: no warning
+    assert not any("calibrate" in w for w in r["warnings"])

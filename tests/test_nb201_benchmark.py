@@ -1,0 +1,190 @@
+"""The NAS-Bench-201 benchmark (benchmarks/nb201): HELP protocol helpers, the
+HELP CSV reader, the few-shot adapters, and the command's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from benchmarks.nb201 import fewshot, protocol  # noqa: E402
+from benchmarks.nb201.cli import main  # noqa: E402
+from benchmarks.nb201.help_data import device_batch, load_help, parse_batches  # noqa: E402
+from training.byod.errors import ByodError  # noqa: E402
+from tests.test_byod import CELLS  # noqa: E402
+
+
+def test_pool_and_test_sets_are_helps():
+    assert list(protocol.POOL) == list(range(900)) and list(protocol.TEST) == list(range(900, 1900))
+    rng = np.random.default_rng(0)
+    lat = rng.lognormal(2, 0.3, 1900)
+    pool, test = protocol.protocol_sets(lat)
+    assert len(pool) == 720 and len(test) == 800
+    # HELP: argsort, keep positions int(0.1 n):int(0.9 n)
+    want = np.sort(np.arange(900)[np.argsort(lat[:900])[90:810]])
+    np.testing.assert_array_equal(pool, want)
+    assert lat[pool].min() >= np.sort(lat[:900])[90] and lat[pool].max() <= np.sort(lat[:900])[809]
+    assert set(test) <= set(range(900, 1900))
+
+
+def test_trim_breaks_ties_by_index():
+    lat = np.array([1.0] * 10)  # all tied (whole-ms devices have many ties)
+    np.testing.assert_array_equal(protocol.trim(range(10), lat), np.arange(1, 9))
+
+
+def test_spearman_matches_scipy_or_hand():
+    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert protocol.spearman(a, a[::-1]) == pytest.approx(-1.0)
+    # by hand: ranks (1,2,3,4,5) vs (2,1,4,3,5): d^2 = 4, rho = 1 - 6*4/(5*24) = 0.8
+    assert protocol.spearman(a, np.array([2.0, 1.0, 4.0, 3.0, 5.0])) == pytest.approx(0.8)
+    x = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0])
+    y = np.array([2.0, 7.0, 1.0, 8.0, 2.0, 8.0, 1.0, 8.0, 2.0, 8.0])
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:
+        spearmanr = None
+    if spearmanr is not None:
+        assert protocol.spearman(x, y) == pytest.approx(spearmanr(x, y)[0], abs=1e-12)
+    np.testing.assert_allclose(protocol.rankdata(np.array([10.0, 20.0, 10.0])), [1.5, 3.0, 1.5])
+
+
+def test_draws_are_deterministic_subsets():
+    pool = np.arange(100, 820)
+    a = protocol.draw(pool, 10, "pixel3", seed=0)
+    assert len(a) == 10 and set(a) <= set(pool)
+    np.testing.assert_array_equal(a, protocol.draw(pool, 10, "pixel3", seed=0))
+    assert not np.array_equal(a, protocol.draw(pool, 10, "pixel3", seed=1))
+    np.testing.assert_array_equal(protocol.draw(pool, 900, "pixel3"), pool)
+
+
+def test_cell_paths():
+    assert protocol.cell_paths(CELLS[1][0]) == {"cut": False, "dead_ops": 0}
+    # node 3 sums only none edges: the cell output is zero
+    assert protocol.cell_paths("|nor_conv_3x3~0|+|none~0|none~1|+|none~0|none~1|none~2|")["cut"]
+    # node 1's conv feeds nothing that reaches node 3
+    assert protocol.cell_paths("|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|") \
+        == {"cut": False, "dead_ops": 1}
+
+
+def test_fit_ridge_recovers_a_linear_device():
+    from benchmarks.nb201.seernet_multi import fit_ridge
+
+    rng = np.random.default_rng(0)
+    heads = rng.normal(size=(20, 5))      # predicted log latencies on 5 known devices
+    log_lat = 2.0 + 0.3 * heads[:, 1] + 0.1 * heads[:, 3]
+    head = fit_ridge(heads, np.exp(log_lat))
+    assert head.alpha <= 1.0 and head.loo_mse < 1e-3
+    new = rng.normal(size=(50, 5))
+    np.testing.assert_allclose(head.predict_log(new), 2.0 + 0.3 * new[:, 1] + 0.1 * new[:, 3], atol=0.05)
+
+
+
+# ------------------------------------------------------------- HELP data
+def help_csv(path, n=1900, devices=("dev_a", "dev_b"), bad=None):
+    """A HELP-shaped CSV over the 8 real cells (repeated); the latencies are a
+    deterministic function of the cell, enough for the reader and the refusals."""
+    lines = ["index,arch_str," + ",".join(f"{d}_ms" for d in devices)]
+    for i in range(n):
+        cell, ms = CELLS[i % len(CELLS)]
+        vals = [f"{ms * (1 + j):.4f}" for j in range(len(devices))]
+        if bad is not None and i == bad[0]:
+            vals[0] = bad[1]
+        lines.append(f"{i},{cell}," + ",".join(vals))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_load_help_reads_and_refuses(tmp_path):
+    data = load_help(help_csv(tmp_path / "ok.csv"))
+    assert data.devices == ["dev_a", "dev_b"] and len(data.cells) == 1900
+    assert data.latency["dev_b"][1] == pytest.approx(2 * CELLS[1][1], rel=1e-4)
+    with pytest.raises(ByodError, match="pass --csv"):
+        load_help(None)
+    with pytest.raises(ByodError, match="no HELP latency CSV"):
+        load_help(tmp_path / "missing.csv")
+    with pytest.raises(ByodError, match="1000 rows"):
+        load_help(help_csv(tmp_path / "short.csv", n=1000))
+    with pytest.raises(ByodError, match="row 6, column dev_a_ms: 'fast' is not a number"):
+        load_help(help_csv(tmp_path / "bad.csv", bad=(5, "fast")))
+    with pytest.raises(ByodError, match="not positive"):
+        load_help(help_csv(tmp_path / "neg.csv", bad=(5, "-1")))
+
+
+def test_unknown_device_batch_is_refused_not_guessed():
+    assert device_batch("titanxp_256") == 256 and device_batch("pixel3") == 1
+    with pytest.raises(ByodError, match=r"--batch edgetpu=B"):
+        device_batch("edgetpu")
+    assert device_batch("edgetpu", parse_batches(["edgetpu=8"])) == 8
+    for bad in ("edgetpu", "edgetpu=0", "=4", "edgetpu=x"):
+        with pytest.raises(ByodError, match="expected DEVICE=BATCH"):
+            parse_batches([bad])
+
+
+def test_cli_refuses_missing_csv_and_unknown_batch(tmp_path, capsys):
+    with pytest.raises(SystemExit):  # --csv is required: no default path outside the repo
+        main(["seernet"])
+    assert "--csv" in capsys.readouterr().err
+    p = help_csv(tmp_path / "h.csv", devices=("edgetpu",))
+    code = main(["seernet", "--csv", str(p), "--out", str(tmp_path / "o"), "--parts", "flops",
+                 "--cache", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and "nb201: error: device 'edgetpu': batch size unknown" in err
+    assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- few-shot
+def test_encode_cells():
+    x = fewshot.encode(CELLS[1][0])
+    assert x.shape == (37,) and x[:30].sum() == 6
+    counts = dict(zip(fewshot.OPS, x[30:35]))
+    assert counts == {"none": 0, "skip_connect": 2, "nor_conv_1x1": 0, "nor_conv_3x3": 3, "avg_pool_3x3": 1}
+    with pytest.raises(ValueError, match="not a NAS-Bench-201 cell"):
+        fewshot.encode("|bogus~0|")
+
+
+def _profiles(rng, n=300, d=6):
+    return rng.normal(size=(n, d))
+
+
+def test_similarity_adapter_finds_the_matching_device():
+    """A new device that ranks like known device 2 (up to scale): the head
+    weights device 2 most and ranks held-out architectures like it."""
+    rng = np.random.default_rng(0)
+    z = _profiles(rng)
+    lat = np.exp(1.5 + 0.4 * z[:, 2])
+    head = fewshot.fit_similarity(z[:10], lat[:10])
+    assert int(np.argmax(head.weights)) == 2
+    assert protocol.spearman(head.predict_log(z[10:]), lat[10:]) > 0.9
+
+
+def test_ridge_adapter_recovers_a_mixture():
+    rng = np.random.default_rng(1)
+    z = _profiles(rng)
+    log_lat = 0.5 + 0.3 * z.mean(1) + 0.2 * (z[:, 0] - z.mean(1))
+    head = fewshot.fit_ridge(z[:20], np.exp(log_lat[:20]))
+    np.testing.assert_allclose(head.predict_log(z[20:]), log_lat[20:], atol=0.05)
+
+
+def test_select_picks_by_validation_and_evaluate_reports_draws():
+    """On devices that are exact copies of a known device's profile, both
+    adapters are near-perfect; the selection table and the per-k rows carry
+    what the report prints."""
+    rng = np.random.default_rng(2)
+    z = _profiles(rng, n=1900, d=4)
+    from benchmarks.nb201.help_data import HelpData
+
+    data = HelpData(["c"] * 1900, {"v": np.exp(1 + 0.5 * z[:, 1]), "t": np.exp(2 + 0.3 * z[:, 3])})
+    sel = fewshot.select(data, z, ["v"], draws=2, shots=(10, 20))
+    assert set(sel["chosen"]) == {"10", "20"} and sel["spearman_pool_rest"]["similarity"]["10"] > 0.99
+    rows = fewshot.evaluate(data, z, "t", sel, draws=3, shots=(10, 900))
+    assert rows["10"]["draws"] == 3 and rows["900"]["draws"] == 1 and rows["900"]["k"] == 720
+    assert rows["10"]["spearman"] > 0.99 and rows["10"]["count"] == 800
+
+
+def test_ridge_loo_shortcut_equals_refitting():
+    rng = np.random.default_rng(3)
+    z, y = rng.normal(size=(12, 5)), rng.normal(size=12)
+    slow = np.mean([(fewshot._ridge_fit(np.delete(z, i, 0), np.delete(y, i), 2.0).predict_log(z[i:i + 1])[0]
+                     - y[i]) ** 2 for i in range(12)])
+    assert fewshot._ridge_loo(z, y, 2.0) == pytest.approx(slow, rel=1e-6)

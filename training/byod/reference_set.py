@@ -1,0 +1,58 @@
+"""Export the reference models that ``perfseer-rt calibrate`` profiles.
+
+``python -m training.byod reference-set`` writes structure-only ONNX files
+(dynamic batch, weights stripped: :func:`training.zoo.export.export_onnx`)
+and ``index.json`` into ``perfseer_rt/calibrate/reference/``. Calibration
+fills the weights with random values at profile time
+(:func:`perfseer_rt.calibrate.reference.materialize`).
+
+The set spans the families of the shipped CPU predictor's training data, at
+batch 1 (and a few at batch 4), each running in about 1..60 ms on one core of
+a current server CPU, so that profiling all of them takes about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from training.zoo import parse_spec
+from training.zoo.export import export_onnx
+
+OUT = Path(__file__).resolve().parents[2] / "perfseer_rt" / "calibrate" / "reference"
+
+#: (name, zoo spec, batch). Ordered smallest first: a quick calibration takes a prefix.
+REFERENCES: tuple[tuple[str, str, int], ...] = (
+    ("nb201", "nb201", 1),
+    ("mobilenetv3-small", "mobilenetv3:variant=small,res=160", 1),
+    ("bert-2x128", "bert:depth=2,dim=128,heads=2,seq=64,vocab=1000", 1),
+    ("resnet18-w05", "resnet:depth=18,width=0.5,res=128", 1),
+    ("vgg11-w025", "vgg:depth=11,width=0.25,res=128", 1),
+    ("googlenet-w05", "googlenet:width=0.5,res=128", 1),
+    ("mobilenetv2-160", "mobilenetv2:width=1.0,res=160", 1),
+    ("vit-4x192", "vit:depth=4,dim=192,heads=3,patch=16,res=224", 1),
+    ("gpt-2x256", "gpt:depth=2,dim=256,heads=4,seq=128,vocab=1000", 1),
+    ("efficientnet-b0-160", "efficientnet:variant=b0,res=160", 1),
+    ("mobilenetv3-large-b4", "mobilenetv3:variant=large,res=128", 4),
+    ("densenet121-w05", "densenet:depth=121,width=0.5,res=128", 1),
+    ("resnet50-w05", "resnet:depth=50,width=0.5,res=160", 1),
+    ("vit-6x256-b4", "vit:depth=6,dim=256,heads=4,patch=16,res=128", 4),
+    ("resnet18-224", "resnet:depth=18,res=224", 1),
+    ("mobilenetv2-224-b4", "mobilenetv2:width=1.0,res=224", 4),
+)
+
+
+def export_all(out: Path = OUT) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    index = []
+    for name, spec, batch in REFERENCES:
+        cfg = parse_spec(spec)
+        path = export_onnx(cfg, out / f"{name}.onnx", batch=None, structure_only=True)
+        index.append({"name": name, "file": path.name, "spec": spec, "batch": batch, "arch_id": cfg.arch_id})
+        print(f"{name}: {path.stat().st_size / 1024:.1f} KiB")
+    (out / "index.json").write_text(json.dumps({"models": index}, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    export_all()
