@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sys
@@ -233,6 +234,9 @@ class Builder:
                                      get_family(cfg.family).group_of(cfg.params)),
             "graph_key": f"{cfg.family}/{cfg.arch_id}/b{batch}" if graph is not None else None,
             "reference": reference, "env": self._env(),
+            # the machine's 1/5/15-min load when the record was written: load on the
+            # other core slows the measuring one (up to ~40 % seen on this 2-vCPU VM)
+            "host_loadavg": list(os.getloadavg()),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
