@@ -300,3 +300,23 @@ def test_cli_dim_option_and_typed_errors_exit_2(tmp_path):
     onnx.save(bad, q)
     res = runner.invoke(main, ["extract", str(q)])
     assert res.exit_code == 2 and "unknown element type 99" in res.output
+
+
+def test_structure_only_export_with_weights_as_inputs_matches_initializers():
+    """ResNet-18 with every external weight turned into a graph input (incl.
+    the Identity-aliased biases torch shares): same features, --batch works."""
+    from pathlib import Path
+    m = onnx.load(str(Path(__file__).parents[1] / "examples" / "resnet18.onnx"),
+                  load_external_data=False)
+    ref = extract(m, batch=4)
+    inits = list(m.graph.initializer)
+    del m.graph.initializer[:]
+    for t in inits:
+        if t.data_location == TensorProto.EXTERNAL:
+            m.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            m.graph.initializer.append(t)
+    g = extract(m, batch=4)
+    assert len(g.info["weight_inputs"]) == sum(t.data_location == TensorProto.EXTERNAL for t in inits)
+    np.testing.assert_array_equal(g.x, ref.x)
+    np.testing.assert_array_equal(g.u, ref.u)

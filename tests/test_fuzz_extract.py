@@ -13,6 +13,7 @@ from perfseer_rt.errors import GraphError
 from tests.onnx_builders import const, model
 
 
+@pytest.mark.slow  # ~6 CPU-s, but minutes of wall time on a loaded machine
 def test_fuzz_slice_has_no_traceback_hang_bad_feature_or_file():
     out = fuzz(cases=300, seed=0, hang_s=120, progress=False)
     assert out["cases"] == 300

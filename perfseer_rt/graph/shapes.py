@@ -79,11 +79,18 @@ def weight_inputs(model: onnx.ModelProto) -> dict[str, Shape]:
         return {}
     uses: dict[str, list[bool]] = {n: [] for n in static}
     matmul_rhs = set()  # a MatMul weight is 2-D; batched right operands are data
+    alias = {}  # Identity output -> the input it copies (exporters share equal weights so)
+    for node in model.graph.node:
+        if node.op_type == "Identity" and node.input and node.input[0] in uses and node.output:
+            alias[node.output[0]] = node.input[0]
     for node in model.graph.node:
         if node.op_type in ("MatMul", "MatMulInteger") and len(node.input) > 1:
-            matmul_rhs.add(node.input[1])
+            matmul_rhs.add(alias.get(node.input[1], node.input[1]))
+        if node.op_type == "Identity" and node.input and node.input[0] in uses:
+            continue  # judged by how its output is used
         pos_ok = WEIGHT_POSITIONS.get(node.op_type, frozenset())
         for pos, t in enumerate(node.input):
+            t = alias.get(t, t)
             if t in uses:
                 uses[t].append(pos in pos_ok)
     found = {n: static[n] for n, u in uses.items()
