@@ -113,14 +113,14 @@ def markdown(r: dict, data: HelpData) -> str:
          "kinds covered are GPU (batch 1 and 256), CPU and phone.",
          "- Adapting a device from 10 samples takes "
          f"{max(c['10']['fit_seconds'] for c in r['devices'].values()) * 1e3:.0f} ms at most, from all 720 "
-         f"{max(c['900']['fit_seconds'] for c in r['devices'].values()):.1f} s; pre-training "
+         f"{max(c['900']['fit_seconds'] for c in r['devices'].values()) * 1e3:.0f} ms; pre-training "
          f"{r['run']['seconds']['pretrain']:.0f} s on one shared core (once; cached).", "",
          "## Spearman on the trimmed test set (mean +- std over draws)", ""]
     L += _table(r, "spearman", 3)
     L += ["", "How alike each test device is to its nearest pre-training device (Spearman of the two devices' "
           "*measured* latencies on the test set; not available to the method, shown to explain the spread): "
           + ", ".join(f"{d} ~ {v['device']} {v['spearman']:.3f}" for d, v in r["nearest_device"].items())
-          + ". A device unlike every pre-training device (pixel3) is where 10 samples fall short.", ""]
+          + ". A device unlike every pre-training device (pixel3) is where 10 samples fall short."]
     L += ["", "## MAPE % (the line also fits the scale)", ""] + _table(r, "mape", 2)
     L += ["", "## Within +-10 % (share of test architectures, %)", ""] + _table(r, "within_10", 1)
     L += ["", "## How the settings were chosen", "",
