@@ -147,3 +147,13 @@ def test_predict_warns_on_another_cpu(monkeypatch):
                         lambda: {**local_cpu.device_environment(registry.get_predictor(BASE).manifest)})
     [r] = api.predict(model, device=BASE)  # the CPU the device was measured on: no warning
     assert not any("calibrate" in w for w in r["warnings"])
+
+
+def test_busy_models_are_flagged_from_median_over_fastest():
+    from perfseer_rt.calibrate.api import CalibrationResult
+
+    res = CalibrationResult("x", None, BASE, {}, measured=[
+        {"name": "quiet", "latency_ms": 10.0, "latency_median_ms": 10.5},
+        {"name": "busy", "latency_ms": 10.0, "latency_median_ms": 30.0},
+        {"name": "failed", "latency_ms": None, "latency_median_ms": None}])
+    assert res.busy == ["busy"]

@@ -96,7 +96,7 @@ def metas(tree):
 
 
 @SLOW
-@pytest.mark.parametrize("extra", ["", "serve", "networkx", "symbolic"])
+@pytest.mark.parametrize("extra", ["", "serve", "networkx"])
 def test_each_distribution_resolves_one_onnxruntime(metas, extra):
     cpu, gpu = metas["cpu"], metas["gpu"]
     assert cpu["name"] == "perfseer-rt" and gpu["name"] == "perfseer-rt-gpu"

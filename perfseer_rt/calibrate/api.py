@@ -42,6 +42,7 @@ from perfseer_rt.profile.worker import ProfileWorker
 
 DEFAULT_BASE = "cpu-amd-epyc-1t"
 THREADS = 1  # as the shipped CPU device: one intra-op thread
+BUSY_RATIO = 1.25  # median / fastest run above this: other load disturbed the measurement
 
 
 @dataclass
@@ -54,6 +55,13 @@ class CalibrationResult:
     corrections: dict[str, Correction]
     measured: list[dict] = field(default_factory=list)  # per reference model: name, batch, metric values
     seconds: float = 0.0
+
+    @property
+    def busy(self) -> list[str]:
+        """Reference models whose median run was over 1.25x their fastest: the
+        machine was busy while they ran, and the latency correction is unreliable."""
+        return [r["name"] for r in self.measured
+                if r.get("latency_ms") and r.get("latency_median_ms", 0) > BUSY_RATIO * r["latency_ms"]]
 
 
 def default_name(provider: str = "cpu") -> str:

@@ -37,12 +37,16 @@ def calibrate(name, base, provider, out, n_models, force, as_json):
     if as_json:
         emit_json({"device": res.device, "folder": str(res.folder), "base": res.base,
                    "seconds": res.seconds, "corrections": {m: c.to_dict() for m, c in res.corrections.items()},
-                   "models": res.measured})
+                   "models": res.measured, "busy_models": res.busy})
         return
     click.echo(f"wrote device {res.device!r} to {res.folder} ({res.seconds:.0f} s; base {res.base})")
     for m, c in res.corrections.items():
         click.echo(f"  {m:<12} cross-validated MAPE {c.cv_mape:.1f} % ({c.cv_within_10:.0f} % within +-10 %, "
                    f"{c.count} models; uncorrected base {c.base_mape:.1f} %)")
+    if len(res.busy) * 4 > len(res.measured):
+        click.echo(f"  warning: the machine was busy ({len(res.busy)} of {len(res.measured)} models ran their median "
+                   "over 1.25x their fastest run); latency calibration is unreliable: rerun on a quiet machine "
+                   "with --force")
     failed = [r for r in res.measured if r["status"] != "ok"]
     for r in failed:
         click.echo(f"  not measured: {r['name']}: {r['error']}")
