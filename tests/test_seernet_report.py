@@ -50,7 +50,7 @@ def test_report_end_to_end(tmp_path, capsys):
 
     # exported predictors answer in metric units and agree with the report's SeerNet
     manifest = json.loads((exp / "manifest.json").read_text())
-    assert [m["file"] for m in manifest["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
+    assert [m["file"] for m in manifest["seernet"]["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
     assert manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"] == \
         report["splits"]["arch"]["models"]["seernet"]["metrics"]["latency_ms"]["mape"]
     samples = data.load_samples(ds)

@@ -54,15 +54,15 @@ def devices(as_json):
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
-        rows.append({"device": name, "description": m["device"].get("description"),
-                     "metrics": [{"name": x["name"], "unit": x["unit"],
-                                  "test_mape_pct": pred.test_accuracy(x["name"]).get("mape"),
-                                  "test_within_10_pct":
-                                      pred.test_accuracy(x["name"]).get("within_10")}
-                                 for x in m["metrics"]],
-                     "models": pred.model_names, "default_model": m.get("default_model"),
+        rows.append({"device": name, "description": m.device.description,
+                     "metrics": [{"name": x.name, "unit": x.unit,
+                                  "test_mape_pct": _acc(pred, x.name, "mape"),
+                                  "test_within_10_pct": _acc(pred, x.name, "within_10")}
+                                 for x in m.metrics],
+                     "models": pred.model_names, "default_model": pred.default_model,
                      "mig_gpu": pred.mig_gpu,
-                     "configurations": m.get("training_data", {}).get("configurations")})
+                     "configurations": m.training_data.configurations if m.training_data
+                     else None})
     if as_json:
         emit_json(rows)
         return
@@ -78,3 +78,8 @@ def devices(as_json):
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  test MAPE {mape}")
+
+
+def _acc(pred, metric: str, field: str) -> float | None:
+    acc = pred.test_accuracy(metric)
+    return getattr(acc, field) if acc else None
