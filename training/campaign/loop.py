@@ -109,7 +109,6 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
         exhausted = True
         return None
 
-    in_flight: set[str] = set()
     final_refs = False
     try:
         while True:
@@ -118,11 +117,8 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
                 item = next_item()
                 if item is None:
                     break
-                if not item.reference and item.arch_id in in_flight:
-                    continue
                 upcoming = queue[0] if queue else None
                 executor.submit(item, upcoming, deadline)
-                in_flight.add(item.arch_id)
             if not executor.busy():
                 if reference and refs and not final_refs and since_ref and not out_of_time():
                     final_refs = True  # close the run with the reference set
@@ -130,7 +126,6 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
                     continue
                 break
             item, results = executor.wait()
-            in_flight.discard(item.arch_id)
             if results is None:
                 stats.lost += 1
                 if not item.reference:
