@@ -142,6 +142,9 @@ class DeviceWorker:
                         rec = {"status": "error", "error": f"extract: {exc}"}
                     else:
                         rec = self._measure(path, item, batch, deadline)
+                if deadline is not None and time.time() > deadline and rec.get("status") == "error" \
+                        and "timeout" in str(rec.get("error") or "").lower():
+                    break  # cut by the campaign's time budget, not the model's fault: not recorded
                 if rec.get("status") == "oom" and oom_at is None:
                     oom_at = batch
                 out.append((self._record(item, batch, rec, graph), graph))
