@@ -103,6 +103,7 @@ def test_parse_rows():
 
 
 # ------------------------------------------------------------- end to end
+@pytest.mark.slow
 def test_train_command_end_to_end(tmp_path, capsys, monkeypatch):
     from training.zoo import export_onnx, parse_spec
 
