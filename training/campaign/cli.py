@@ -19,16 +19,18 @@ import os
 import re
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Sequence
 
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.profile import MeasureSettings
+from perfseer_rt.profile import MeasureSettings, check_cuda, environment
 from training.campaign import loop
 from training.campaign.plan import GPU_BATCHES, REFERENCE_SPECS, CpuPlan, FixedPlan
 from training.campaign.store import MixedCpuError, MixedMethodsError, Store
 from training.campaign.targets import DRY_SETTINGS, TARGETS, TargetSpec
 from training.campaign.worker import DeviceWorker
 from training.campaign.zoo_cases import ZOO_ENV
+from training.campaigns.check_cuda import main as check_cuda_main
 
 
 def parser() -> argparse.ArgumentParser:
@@ -111,7 +113,6 @@ def device_name(a: argparse.Namespace) -> str:
     if a.device:
         return a.device
     if TARGETS[a.target][1] == "cuda" and not a.dry_run:
-        from perfseer_rt.profile import environment
         gpu = environment().get("gpu_name")
         if gpu:
             return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
@@ -142,11 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.zoo:  # the plan, the export process and the training child all read it
         os.environ[ZOO_ENV] = a.zoo
     if a.check_cuda:
-        from training.campaigns.check_cuda import main as check_main
-        return check_main(a.out)
+        return check_cuda_main(a.out)
     on_gpu = TARGETS[a.target][1] == "cuda" and not a.dry_run
     if on_gpu and a.target == "cuda-inference":
-        from perfseer_rt.profile import check_cuda
         try:
             check_cuda()
         except PerfSeerError as exc:
@@ -173,10 +172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     factory = WorkerFactory(spec, a.noisy_cv, a.zoo)
     if a.ray:
-        import ray  # optional: only the distributed path needs it
+        import ray  # optional and heavy: only the distributed path imports it
 
-        from training.campaign.distributed import RayExecutor
-        ray.init(address=a.ray_address, include_dashboard=False, ignore_reinit_error=True)
+        from training.campaign.distributed import RayExecutor  # imports ray
+        root = str(Path(__file__).resolve().parents[2])  # the repository: workers import training/
+        runtime_env = ({"working_dir": root, "excludes": ["data", ".venv", ".whl", "reports"]}
+                       if a.ray_address else
+                       {"env_vars": {"PYTHONPATH": os.pathsep.join(
+                           filter(None, [root, os.environ.get("PYTHONPATH")]))}})
+        ray.init(address=a.ray_address, include_dashboard=False, ignore_reinit_error=True,
+                 runtime_env=runtime_env)
         executor = RayExecutor(factory, a.ray, num_gpus=1 if on_gpu else 0)
     else:
         executor = loop.LocalExecutor(factory(0))

@@ -91,7 +91,7 @@ class Target:
         """The record's environment block (once per target)."""
         if self._env is None:
             if self.kind == "train":
-                from training.profile_train import torch_env
+                from training.profile_train import torch_env  # torch: train targets only
                 self._env = environment(gpu_index=self.device_id if self.spec.on_cuda else None,
                                         **torch_env())
             else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import tempfile
@@ -61,8 +62,6 @@ class DeviceWorker:
 
     def __init__(self, spec: TargetSpec, noisy_cv: float = 0.03, zoo: str | None = None,
                  device_id: int = 0):
-        import os
-
         if zoo:
             os.environ[ZOO_ENV] = zoo
         self.spec, self.noisy_cv, self.zoo = spec, noisy_cv, zoo
