@@ -54,8 +54,10 @@ class RayExecutor:
         return len(self.running)
 
     def submit(self, item: Item, upcoming: Item | None, deadline: float | None) -> None:
+        """Start ``item`` on an idle actor. ``upcoming`` is not passed on: which
+        actor gets it is not known yet, so each actor exports its own item."""
         actor = self.idle.pop()
-        self.running[actor.run.remote(item, upcoming, deadline)] = (actor, item)
+        self.running[actor.run.remote(item, None, deadline)] = (actor, item)
 
     def wait(self) -> tuple[Item, list | None]:
         """The next finished item and its results (None: its actor died)."""

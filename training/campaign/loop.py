@@ -97,10 +97,12 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
     def out_of_time() -> bool:
         return bool(time_budget_s) and time.monotonic() - start > time_budget_s
 
-    def next_item() -> Item | None:
+    ahead: deque[Item] = deque()  # the stream's next item, peeked for the export prefetch
+
+    def pull() -> Item | None:
         nonlocal exhausted
-        if queue:
-            return queue.popleft()
+        if ahead:
+            return ahead.popleft()
         if exhausted:
             return None
         for it in stream:
@@ -108,6 +110,19 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
             return it.with_skip(skip) if skip else it
         exhausted = True
         return None
+
+    def next_item() -> Item | None:
+        return queue.popleft() if queue else pull()
+
+    def peek() -> Item | None:
+        if queue:
+            return queue[0]
+        if not ahead:
+            nxt = pull()
+            if nxt is None:
+                return None
+            ahead.append(nxt)
+        return ahead[0]
 
     final_refs = False
     try:
@@ -117,8 +132,7 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
                 item = next_item()
                 if item is None:
                     break
-                upcoming = queue[0] if queue else None
-                executor.submit(item, upcoming, deadline)
+                executor.submit(item, peek() if want_more else None, deadline)
             if not executor.busy():
                 if reference and refs and not final_refs and since_ref and not out_of_time():
                     final_refs = True  # close the run with the reference set

@@ -70,6 +70,7 @@ class DeviceWorker:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=export_worker_init)
         self._exports: dict[str, Future] = {}
+        self._keep: set[str] = set()
 
     # ------------------------------------------------------------ exports
     def prefetch(self, item: Item | None) -> None:
@@ -151,8 +152,11 @@ class DeviceWorker:
                     t = TIME[self.target.kind]
                     batches += pick_batches(rec[f"{t}_ms"], rng, item.per_arch, hi_ms=item.max_ms)
         finally:
-            if not item.reference:
-                self._drop_export(item.arch_id)
+            if item.reference:
+                self._keep.add(item.arch_id)  # re-measured through the campaign
+            for arch_id in list(self._exports):  # all but the next and the references
+                if arch_id not in self._keep and (upcoming is None or arch_id != upcoming.arch_id):
+                    self._drop_export(arch_id)
         return out
 
     def _record(self, item: Item, batch: int, rec: dict, graph) -> dict:
