@@ -108,3 +108,17 @@ def test_resume_folders_count_as_done_and_shards_do_not_collide(tmp_path):
     names_b = {f.name for f in (b / "records").glob("*")}
     assert not names_a & names_b
     assert set(pairs(a)) | set(pairs(b)) == planned(p) and not set(pairs(a)) & set(pairs(b))
+
+
+def test_time_budget_stops_cleanly(tmp_path):
+    import time
+
+    out = tmp_path / "ds"
+    t0 = time.monotonic()
+    stats = loop.run(plan(count=50), Store(out), loop.LocalExecutor(FakeWorker(delay_s=0.05)),
+                     target=100, reference_every=4, time_budget_s=0.5, progress=False)
+    elapsed = time.monotonic() - t0
+    assert stats.stopped_by_budget and 0 < len(pairs(out)) < 100
+    # the item running at the limit finishes, nothing starts after it (unbounded: >= 5 s)
+    assert elapsed < 3.0
+    assert json.loads((out / "campaign.json").read_text())["state"] == "stopped"

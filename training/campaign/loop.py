@@ -18,7 +18,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
-from tqdm import tqdm
+try:  # the training extra has it; a bare GPU image may not: then no bar, same loop
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover - depends on the machine
+    tqdm = None
 
 from training.campaign.plan import Item
 from training.campaign.store import Store
@@ -91,8 +94,9 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
                               if not _planned_done(store, it))
     exhausted = False
     since_ref = 0
-    bar = tqdm(total=target, initial=min(store.count, target), unit="cfg", file=sys.stderr,
-               dynamic_ncols=True, disable=not progress)
+    bar = (tqdm if tqdm is not None else _NoBar)(
+        total=target, initial=min(store.count, target), unit="cfg", file=sys.stderr,
+        dynamic_ncols=True, disable=not progress)
 
     def out_of_time() -> bool:
         return bool(time_budget_s) and time.monotonic() - start > time_budget_s
@@ -128,7 +132,7 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
     try:
         while True:
             want_more = store.count < target and not out_of_time()
-            while executor.free() and (want_more or queue):
+            while executor.free() and (want_more or (queue and not out_of_time())):
                 item = next_item()
                 if item is None:
                     break
@@ -175,3 +179,18 @@ def _planned_done(store: Store, item: Item) -> bool:
     if item.batches is None:
         return store.is_done(item.arch_id, 1)
     return all(store.is_done(item.arch_id, b) for b in item.batches)
+
+
+class _NoBar:
+    """Progress as a line every 50 configurations (when tqdm is absent)."""
+
+    def __init__(self, total: int, initial: int, disable: bool, **_: Any):
+        self.n, self.total, self.disable = initial, total, disable
+
+    def update(self, k: int) -> None:
+        self.n += k
+        if not self.disable and self.n % 50 == 0:
+            print(f"{self.n}/{self.total} configurations", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
