@@ -90,6 +90,7 @@ def test_bad_spec_is_one_line_exit_2(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("campaign: error:")
+    assert not (tmp_path / "o").exists()  # nothing written for a bad command line
 
 
 def test_fixed_plan_is_deterministic_and_fixes_perfseer_resolution():

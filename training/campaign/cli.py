@@ -163,13 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       provider_options={"cudnn_conv_algo_search": a.conv_algo, "use_tf32": a.tf32})
     try:
         plan = make_plan(a)
-        store = Store(a.out, a.resume, a.shard_size)
-        configs = a.configs if a.configs is not None else (
-            3000 if isinstance(plan, CpuPlan) else
-            store.count + sum(len(it.batches or ()) for it in plan.items()))
-    except (ValueError, KeyError) as exc:  # a bad --spec / --families value
+        planned = [] if isinstance(plan, CpuPlan) else \
+            [(it.arch_id, b) for it in plan.items() for b in it.batches or ()]
+    except (ValueError, KeyError) as exc:  # a bad --spec / --families value: nothing written
         print(f"campaign: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    store = Store(a.out, a.resume, a.shard_size)
+    configs = a.configs if a.configs is not None else (
+        3000 if isinstance(plan, CpuPlan) else
+        store.count + sum(not store.is_done(*p) for p in set(planned)))
     factory = WorkerFactory(spec, a.noisy_cv, a.zoo)
     if a.ray:
         import ray  # optional and heavy: only the distributed path imports it

@@ -168,7 +168,8 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
     finally:
         bar.close()
         executor.close()
-        store.save_campaign("done" if store.count >= target else
+        finished = store.count >= target or (exhausted and not ahead and not queue)
+        store.save_campaign("done" if finished else
                             "stopped" if stats.stopped_by_budget else "interrupted", settings)
     return stats
 

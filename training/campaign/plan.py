@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from training.campaign.zoo_cases import zoo
-from training.dataset.plan import architecture_stream
+from training.dataset.plan import FAMILY_WEIGHTS, architecture_stream
 
 #: Architectures the CPU stream re-measures to detect drift.
 REFERENCE_SPECS = (
@@ -84,6 +84,9 @@ class CpuPlan:
 
     def __init__(self, seed: int = 0, families: Sequence[str] | None = None, per_arch: int = 3,
                  max_latency_ms: float = 1000.0, reference_specs: Sequence[str] = REFERENCE_SPECS):
+        unknown = sorted(set(families or ()) - set(FAMILY_WEIGHTS))
+        if unknown:
+            raise ValueError(f"unknown families {unknown}; choose from {sorted(FAMILY_WEIGHTS)}")
         self.seed, self.families = seed, tuple(families) if families else None
         self.per_arch, self.max_ms = per_arch, max_latency_ms
         self.reference_specs = tuple(reference_specs)
