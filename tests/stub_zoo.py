@@ -32,10 +32,18 @@ class ModelConfig:
         return cls(d["family"], d["params"], d.get("batch"))
 
 
+class _Family:
+    def __init__(self, name):
+        self.name = name
+
+    def group_of(self, params):
+        return self.name
+
+
 def get_family(name):
     if name not in FAMILIES:
         raise KeyError(f"unknown family {name}")
-    return name
+    return _Family(name)
 
 
 def sample(family, rng):

@@ -48,6 +48,7 @@ def test_cuda_inference_dry_run_records_graphs_and_resume(tmp_path, capsys):
     assert recs[0]["spec"] == "mlp:depth=2,width=16"
     for r in recs:
         assert r["target"] == "cuda-inference" and r["device"] == "cpu-1t-dry-run"
+        assert r["group"] == r["family"] and r["split_real"] in ("train", "val")
         if r["family"] == "broken":
             assert r["status"] == "error" and "cannot be exported" in r["error"]
             assert r["metrics"] == {} and r["graph_key"] is None

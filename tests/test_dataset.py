@@ -92,6 +92,13 @@ def test_cpu_inference_measures_resumes_and_keeps_whole_shards(tmp_path):
     assert ok and all(r["metrics"]["latency_ms"] > 0 and r["metrics"]["peak_mem_mb"] > 0 for r in ok)
     assert {r["quality"]["peak_mem_method"] for r in ok} == {"vmhwm+mmap64k"}
     assert all(r["env"]["cpu_model"] for r in ok)
+    # the record fields the first builder gained: architecture group, the published-models
+    # split, and the profiler's load/run memory parts (peak = the larger of the two peaks)
+    assert all(r["group"] == "mobilenetv3" and r["split_real"] in ("train", "val") for r in records)
+    for r in ok:
+        q = r["quality"]
+        assert q["loaded_mb"] <= q["load_peak_mb"]
+        assert r["metrics"]["peak_mem_mb"] == pytest.approx(max(q["load_peak_mb"], q["run_peak_mb"]))
     refs = [r for r in records if r["reference"]]
     assert len(refs) >= 3 and len({r["graph_key"] for r in refs}) == 1
 

@@ -19,9 +19,18 @@ Layout (``schema_version`` 2)::
     <kind>        the section of that kind (see KIND_SECTIONS)
 
 Kinds: ``"seernet"`` (a GNN in ONNX: models, normalization baked in, session
-settings). Another kind (a GPU prior, a user-calibrated CPU entry) adds its
-frozen dataclass to :data:`KIND_SECTIONS`; its manifest then carries a section
-under its kind's name instead of ``seernet``.
+settings). Another kind adds its frozen dataclass to :data:`KIND_SECTIONS`;
+its manifest then carries a section under its kind's name instead of
+``seernet``. Today two manifests are read outside this schema, by the
+registry (``perfseer_rt/predict/registry.py``):
+
+* a user-calibrated CPU entry (``perfseer-rt calibrate``) is its base's
+  seernet manifest plus ``calibration``, ``device.base`` and
+  ``accuracy.test_kind``: those are set aside and the rest is checked here;
+* kind ``"gpu-prior"`` (``exported_models/h100`` ...: spec sheet + public
+  kernel prior, schema ``perfseer-rt-predictor/1``) is passed through
+  (``registry.PASS_THROUGH_KINDS``) to :mod:`perfseer_rt.gpu`, which reads
+  it; giving it a section here (and migrating those manifests) is open.
 
 The ONNX predictor's inputs are built by :func:`concat_graphs` (training
 imports it), named :data:`INPUT_NAMES`, run with the manifest's

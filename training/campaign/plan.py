@@ -49,6 +49,8 @@ class Item:
     Attributes:
         config: the zoo config as a dict (``ModelConfig.to_dict``).
         arch_id, family, spec: its identity.
+        group: its architecture family (``Family.group_of``: a published
+            model's lineage, else the zoo family); decides ``split_real``.
         batches: the batch sizes, or None: probe batch 1, then pick more.
         reference: a reference re-measurement (never counted as done).
         seed: seed of the probe's batch choice.
@@ -60,6 +62,7 @@ class Item:
     family: str
     spec: str | None
     batches: tuple[int, ...] | None
+    group: str = ""
     reference: bool = False
     seed: str = ""
     per_arch: int = 3
@@ -75,6 +78,7 @@ def _item(cfg, batches, reference=False, **kw) -> Item:
     spec = z.to_spec(cfg) if hasattr(z, "to_spec") else None
     return Item(config=json.loads(json.dumps(cfg.to_dict())), arch_id=cfg.arch_id,
                 family=cfg.family, spec=spec,
+                group=z.get_family(cfg.family).group_of(cfg.params),
                 batches=tuple(batches) if batches is not None else None,
                 reference=reference, **kw)
 

@@ -36,7 +36,6 @@ from training.campaign.targets import METRICS, TIME, Target, TargetSpec
 from training.campaign.zoo_cases import ZOO_ENV, export_case, export_worker_init
 from training.dataset.plan import pick_batches
 from training.dataset.splits import split_arch, split_family, split_real
-from training.zoo.registry import get_family
 
 #: Quality fields copied from the measurement (``<t>`` is the time field).
 QUALITY = ("{t}_cv", "{t}_robust_cv", "runs", "window_s", "warmup_runs", "{t}_min_ms",
@@ -173,10 +172,10 @@ class DeviceWorker:
         if rec.get("oom_masked_by") is not None:
             quality["oom_masked_by"] = rec["oom_masked_by"]
         g = graph.globals if graph is not None else {}
-        group = get_family(item.family).group_of(item.config["params"])
         return {
             "kind": kind, "target": self.spec.name, "arch_id": item.arch_id,
-            "family": item.family, "group": group, "spec": item.spec, "config": item.config, "batch": batch,
+            "family": item.family, "group": item.group, "spec": item.spec,
+            "config": item.config, "batch": batch,
             "device": self.spec.device_name, "status": status, "error": rec.get("error"),
             "metrics": metrics, "quality": quality,
             "flops": g.get("flops_total"), "params": g.get("params_total"),
@@ -186,7 +185,7 @@ class DeviceWorker:
             "input_shapes": rec.get("input_shapes"),
             "split_arch": split_arch(item.arch_id),
             "split_family": split_family(item.arch_id, item.family),
-            "split_real": split_real(item.arch_id, item.family, group),
+            "split_real": split_real(item.arch_id, item.family, item.group),
             "graph_key": graph_key(item.family, item.arch_id, batch) if graph is not None else None,
             "reference": item.reference, "env": self.target.env(),
             "settings": self.spec.settings,
