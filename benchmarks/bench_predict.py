@@ -101,7 +101,7 @@ def main() -> int:
     for name in pred.model_names:  # every shipped model; the target applies to the default
         api.run_predictor(pred, graphs, name)
         rates[name] = len(graphs) / (median_ms(lambda n=name: api.run_predictor(pred, graphs, n), 5) / 1e3)
-    default = pred.manifest["default_model"]
+    default = pred.default_model
     single = len(graphs) / (median_ms(lambda: api.run_predictor(pred, graphs, default,
                                                                 chunk_nodes=1 << 62), 5) / 1e3)
     t_batch = len(graphs) / rates[default] * 1e3

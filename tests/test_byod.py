@@ -102,6 +102,7 @@ def test_parse_rows():
 
 
 # ------------------------------------------------------------- end to end
+@pytest.mark.slow
 def test_train_command_end_to_end(tmp_path, capsys, monkeypatch):
     from training.zoo import export_onnx, parse_spec
 
@@ -122,7 +123,7 @@ def test_train_command_end_to_end(tmp_path, capsys, monkeypatch):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device"]["name"] == "xeon-gold-6240"
     assert manifest["metrics"] == [{"name": "latency_ms", "unit": "ms"}]
-    assert manifest["training_data"]["train_rows"] == 6
+    assert manifest["training_data"]["notes"]["train_rows"] == 6
     assert manifest["accuracy"]["test"]["seernet"]["latency_ms"]["count"] == 2
 
     # the runtime's registry finds it and predicts in ms

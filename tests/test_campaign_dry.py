@@ -1,278 +1,149 @@
-"""GPU campaigns end to end on the CPU (--dry-run) with a small stand-in zoo.
-
-The stand-in zoo (written to a temporary folder) has the zoo's API
-(``sample``, ``parse_spec``, ``to_spec``, ``ModelConfig``, ``export_onnx``,
-``build_model``, ``example_inputs``, ``get_family``) and tiny MLPs, so the
-whole pipeline (plan, export pool, measuring child, streaming, resume,
-reference re-measures, failures) runs in seconds. A last test runs one real
-zoo config when the zoo is importable.
-"""
+"""Every target through the one campaign loop, on the CPU, with a stand-in zoo
+(``tests/stub_zoo.py``: tiny MLPs and a family whose export fails):
+CUDA inference and CUDA training as dry runs (the CPU stands in for the GPU),
+a CPU training step for real; resume; the GPU commands of
+``training/campaigns/README.md`` run as written (plus ``--dry-run``); and a
+GPU-shaped record set trains and exports a predictor the runtime loads."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import textwrap
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
-from training.campaigns import common, gpu_inference, gpu_training
+from training.campaign.cli import main
+from training.campaign.plan import FixedPlan
+from training.campaign.store import iter_records
+from training.campaign.zoo_cases import ZOO_ENV
 
-STUB_ZOO = textwrap.dedent('''
-    """A stand-in zoo for campaign tests: MLPs ``mlp``/``wide``, and ``broken`` (export fails)."""
-    import hashlib
-    import json
-
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    FAMILIES = ("mlp", "wide", "broken")
+ROOT = Path(__file__).parents[1]
+STUB = ["--zoo", "tests.stub_zoo", "--batches", "1,2,4", "--batches-per-arch", "2",
+        "--reference-count", "1", "--reference-every", "3", "--quiet"]
 
 
-    class ModelConfig:
-        def __init__(self, family, params, batch=None):
-            self.family, self.params, self.batch = family, dict(params), batch
-
-        @property
-        def arch_id(self):
-            text = json.dumps({"family": self.family, "params": self.params}, sort_keys=True)
-            return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-        def with_batch(self, batch):
-            return ModelConfig(self.family, self.params, batch)
-
-        def to_dict(self, include_arch_id=False):
-            d = {"family": self.family, "params": dict(self.params)}
-            if include_arch_id:
-                d["arch_id"] = self.arch_id
-            return d
-
-        @classmethod
-        def from_dict(cls, d):
-            return cls(d["family"], d["params"], d.get("batch"))
+@pytest.fixture(autouse=True)
+def restore_zoo_env(monkeypatch):
+    """``--zoo`` sets PERFSEER_CAMPAIGN_ZOO in this process; undo it after each test."""
+    monkeypatch.delenv(ZOO_ENV, raising=False)
 
 
-    def get_family(name):
-        if name not in FAMILIES:
-            raise KeyError(f"unknown family {name}")
-        return name
+def main_records(out):
+    return [r for r in iter_records(Path(out)) if not r["reference"]]
 
 
-    def sample(family, rng):
-        return ModelConfig(family, {"width": rng.choice([8, 16, 32, 48, 64]),
-                                    "depth": rng.randint(1, 4)})
-
-
-    def parse_spec(text):
-        family, _, rest = text.partition(":")
-        get_family(family)
-        return ModelConfig(family, {k: int(v) for k, v in
-                                    (t.split("=") for t in rest.split(",") if t)})
-
-
-    def to_spec(cfg):
-        return cfg.family + ":" + ",".join(f"{k}={v}" for k, v in sorted(cfg.params.items()))
-
-
-    def export_onnx(cfg, path, batch=None):
-        if cfg.family == "broken":
-            raise RuntimeError("this family cannot be exported")
-        w, d = cfg.params["width"], cfg.params["depth"]
-        nodes, inits, x = [], [], "x"
-        for i in range(d):
-            inits.append(numpy_helper.from_array(np.full((w, w), 0.01, np.float32), f"w{i}"))
-            nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-                      helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
-            x = f"r{i}"
-        nodes[-1].output[0] = "y"
-        b = "batch" if batch is None else batch
-        g = helper.make_graph(nodes, "mlp",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, w])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, w])],
-                              inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        onnx.save(m, str(path))
-        return path
-
-
-    def build_model(cfg):
-        import torch
-
-        w, d = cfg.params["width"], cfg.params["depth"]
-        layers = []
-        for _ in range(d):
-            layers += [torch.nn.Linear(w, w), torch.nn.ReLU()]
-        return torch.nn.Sequential(*layers).eval()
-
-
-    def example_inputs(cfg, batch, seed=0):
-        rng = np.random.default_rng(seed)
-        return {"x": rng.standard_normal((batch, cfg.params["width"])).astype(np.float32)}
-''')
-
-
-@pytest.fixture
-def stub_zoo(tmp_path, monkeypatch):
-    d = tmp_path / "stubpkg"
-    d.mkdir()
-    (d / "stub_zoo.py").write_text(STUB_ZOO)
-    monkeypatch.syspath_prepend(str(d))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(d)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    sys.modules.pop("stub_zoo", None)
-    yield "stub_zoo"
-    sys.modules.pop("stub_zoo", None)
-
-
-def _records(out):
-    return list(common.iter_records([str(out)]))
-
-
-BASE = ["--dry-run", "--zoo", "stub_zoo", "--batches", "1,2,4", "--batches-per-arch", "2",
-        "--reference-count", "1", "--reference-every", "3"]
-
-
-def test_inference_dry_run_streams_records_and_resumes(stub_zoo, tmp_path, capsys):
+@pytest.mark.slow
+def test_cuda_inference_dry_run_records_graphs_and_resume(tmp_path, capsys):
     out = tmp_path / "out"
-    args = BASE + ["--out", str(out), "--families", "mlp,wide,broken", "--count", "4"]
-    assert gpu_inference.main(args + ["--spec", "mlp:width=16,depth=2"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    recs = _records(out)
-    assert summary["records"] == len(recs) > 0
-    main = [r for r in recs if not r["reference"]]
-    refs = [r for r in recs if r["reference"]]
-    keys = [r["key"] for r in main]
+    args = ["--target", "cuda-inference", "--dry-run", "--out", str(out), *STUB,
+            "--families", "mlp,wide,broken", "--count", "4", "--spec", "mlp:width=16,depth=2"]
+    assert main(args) == 0
+    recs = main_records(out)
+    keys = [(r["arch_id"], r["batch"]) for r in recs]
     assert len(keys) == len(set(keys)) == 10  # 5 architectures x 2 batch sizes
-    assert refs and all(r["key"] == main[0]["key"] for r in refs)  # the first case re-measured
-    assert main[0]["spec"] == "mlp:depth=2,width=16"
-    for r in main:
-        assert r["campaign"] == "gpu_inference" and r["device"] == "cpu-1t"
-        assert r["env"]["onnxruntime_version"] and r["config"]["arch_id"] == r["arch_id"]
+    refs = [r for r in iter_records(out) if r["reference"]]
+    assert refs and {r["arch_id"] for r in refs} == {recs[0]["arch_id"]}
+    assert recs[0]["spec"] == "mlp:depth=2,width=16"
+    for r in recs:
+        assert r["target"] == "cuda-inference" and r["device"] == "cpu-1t-dry-run"
+        assert r["group"] == r["family"] and r["split_real"] in ("train", "val")
         if r["family"] == "broken":
-            assert r["status"] == "error" and r["stage"] == "export"
-            assert "cannot be exported" in r["error"] and r["latency_ms"] is None
-            assert r["metrics"] == {}
+            assert r["status"] == "error" and "cannot be exported" in r["error"]
+            assert r["metrics"] == {} and r["graph_key"] is None
         else:
             assert r["status"] == "ok", r["error"]
-            assert r["latency_ms"] > 0 and r["runs"] >= 3 and r["peak_mem_mb"] > 0
-            assert r["provider_used"] == "CPUExecutionProvider"
-            assert r["metrics"]["latency_ms"] == r["latency_ms"]
-            assert r["input_shapes"]["x"][0] == r["batch"] and r["export_s"] > 0
-            assert r["noisy"] == (r["latency_cv"] > common.CV_MAX)
-    assert not os.listdir(out) or all(f.startswith("inference-") for f in os.listdir(out))
-
-    # a second command with the same plan measures nothing again
-    assert gpu_inference.main(args + ["--spec", "mlp:width=16,depth=2"]) == 0
-    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert again["ok"] + again["error"] + again["oom"] == 0 and again["skipped_done"] == 10
-    assert len(_records(out)) == len(recs)
-
-
-def test_inference_resume_from_other_folder_extends_plan(stub_zoo, tmp_path, capsys):
-    first, second = tmp_path / "first", tmp_path / "second"
-    base = BASE + ["--families", "mlp,wide", "--reference-every", "0"]
-    assert gpu_inference.main(base + ["--out", str(first), "--count", "2"]) == 0
-    assert gpu_inference.main(base + ["--out", str(second), "--count", "3",
-                                      "--resume", str(first)]) == 0
-    capsys.readouterr()
-    a = [r["key"] for r in _records(first) if not r["reference"]]
-    b = [r["key"] for r in _records(second) if not r["reference"]]
-    assert len(a) == 4 and len(b) == 2 and not set(a) & set(b)  # only the new architecture
+            assert r["metrics"]["latency_ms"] > 0 and r["metrics"]["peak_mem_mb"] > 0
+            assert r["provider"]["provider_used"] == "CPUExecutionProvider"
+            assert r["input_shapes"]["x"][0] == r["batch"]
+            assert r["graph_key"] == f"{r['family']}/{r['arch_id']}/b{r['batch']}"
+    from training.seernet.data import load_samples
+    assert len(load_samples(out)) == len({r["graph_key"] for r in recs if r["status"] == "ok"})
+    # the same command again measures nothing new
+    before = len(list(iter_records(out)))
+    assert main(args + ["--reference-every", "0"]) == 0
+    assert len(main_records(out)) == 10
+    assert "10 configurations" in capsys.readouterr().out.splitlines()[-1]
+    assert len(list(iter_records(out))) - before <= 1  # at most the opening reference
 
 
-def test_torn_last_line_is_skipped(tmp_path):
-    path = tmp_path / "x.jsonl"
-    path.write_text('{"campaign": "gpu_inference", "key": "a/b1", "reference": false}\n'
-                    '{"campaign": "gpu_inference", "key": "a/b2", "refer')
-    assert common.load_done([str(tmp_path)], "gpu_inference") == {"a/b1"}
-
-
-def test_time_budget_stops_cleanly(stub_zoo, tmp_path, capsys):
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["cuda-train", "cpu-train"])
+def test_training_step_targets(target, tmp_path):
     out = tmp_path / "out"
-    rc = gpu_inference.main(BASE + ["--out", str(out), "--families", "mlp", "--count", "50",
-                                    "--time-budget", "4.0"])
-    assert rc == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["stopped_by_budget"] and summary["records"] == len(_records(out))
-    # the last measurement may run past the estimate by its own timeout floor (5 s)
-    assert summary["elapsed_s"] < 4.0 + 5.0
+    dry = ["--dry-run"] if target == "cuda-train" else ["--min-runs", "3", "--min-time", "0.02"]
+    assert main(["--target", target, *dry, "--out", str(out), *STUB, "--families", "mlp",
+                 "--count", "2", "--noisy-cv", "10", "--plan", "fixed"]) == 0
+    recs = main_records(out)
+    assert len(recs) == 4
+    for r in recs:
+        assert r["status"] == "ok", r["error"] and r["kind"] == "train"
+        assert r["metrics"]["step_ms"] > 0 and r["quality"]["step_cv"] is not None
+        assert r["env"]["torch_version"] and r["graph_key"]  # training records name graphs too
+    from training.seernet.data import load_samples
+    assert {s.key for s in load_samples(out)} == {r["graph_key"] for r in recs}
 
 
-def test_plan_is_deterministic_and_fixes_perfseer_resolution():
-    class Cfg:
-        def __init__(self, family, params, batch=None):
-            self.family, self.params = family, dict(params)
-
-        arch_id = property(lambda self: f"{self.family}-{sorted(self.params.items())}")
-        with_batch = lambda self, b: self  # noqa: E731
-        to_dict = lambda self, include_arch_id=False: {"family": self.family,  # noqa: E731
-                                                       "params": self.params}
-
-    class Zoo:
-        ModelConfig = Cfg
-
-        @staticmethod
-        def get_family(name):
-            if name not in ("perfseer", "resnet"):
-                raise KeyError(name)
-
-        @staticmethod
-        def sample(family, rng):
-            return Cfg(family, {"res": rng.choice([96, 128, 160]), "w": rng.random()})
-
-    a = common.plan_archs(Zoo, seed=3, count=6, families=["perfseer", "resnet", "vit"])
-    b = common.plan_archs(Zoo, seed=3, count=6, families=["perfseer", "resnet", "vit"])
-    assert [x.arch_id for x in a] == [x.arch_id for x in b] and len(a) == 6
-    assert all(x.config["params"]["res"] == 224 for x in a if x.family == "perfseer")
-    assert all(len(x.cases) == 3 and len({c.batch for c in x.cases}) == 3 for x in a)
-    assert all(c.batch in common.BATCHES for x in a for c in x.cases)
-
-
-def test_training_dry_run_and_resume(stub_zoo, tmp_path, capsys):
-    out = tmp_path / "out"
-    args = BASE + ["--out", str(out), "--families", "mlp,wide", "--count", "2", "--cv-max", "10",
-                   "--builder", "training.campaigns.zoo_cases:build_train_case"]
-    assert gpu_training.main(args) == 0
-    recs = _records(out)
-    main = [r for r in recs if not r["reference"]]
-    assert len({r["key"] for r in main}) == len(main) == 4
-    assert any(r["reference"] for r in recs)
-    for r in main:
-        assert r["status"] == "ok", r["error"]
-        assert r["campaign"] == "gpu_training" and r["timing"] == "perf_counter"
-        assert r["step_ms"] > 0 and r["runs"] >= 3 and r["peak_mem_mb"] is not None
-        assert r["input_shapes"][0][0] == r["batch"] and r["env"]["torch_version"]
-        assert r["metrics"]["step_ms"] == r["step_ms"]
-    assert gpu_training.main(args) == 0
-    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert again["skipped_done"] == 4 and again["ok"] == 0
-
-
-def test_bad_spec_is_one_line_exit_2(stub_zoo, tmp_path, capsys):
-    rc = gpu_inference.main(BASE + ["--out", str(tmp_path), "--spec", "nope:width=1"])
+def test_bad_spec_is_one_line_exit_2(tmp_path, capsys):
+    rc = main(["--target", "cuda-inference", "--dry-run", "--out", str(tmp_path / "o"), *STUB,
+               "--spec", "nope:width=1"])
     assert rc == 2
-    assert "gpu_inference: error:" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("campaign: error:")
+    assert not (tmp_path / "o").exists()  # nothing written for a bad command line
 
 
-def _real_zoo_ok() -> bool:
+def test_fixed_plan_is_deterministic_and_fixes_perfseer_resolution():
+    a = [it.config for it in FixedPlan(seed=3, count=6, families=["perfseer", "resnet"]).items()]
+    b = [it.config for it in FixedPlan(seed=3, count=6, families=["perfseer", "resnet"]).items()]
+    assert a == b and len(a) == 6
+    assert all(c["params"]["res"] == 224 for c in a if c["family"] == "perfseer")
+
+
+def _readme_commands() -> list[list[str]]:
+    text = (ROOT / "training/campaigns/README.md").read_text()
+    found = re.findall(r"python3 -m training\.campaign (--target [^\n`]+)", text)
+    return [shlex.split(c.replace("$OUT", "OUTDIR")) for c in found]
+
+
+def test_the_readme_gpu_commands_are_there():
+    targets = {c[c.index("--target") + 1] for c in _readme_commands()}
+    assert targets == {"cuda-inference", "cuda-train"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", _readme_commands(), ids=lambda a: a[a.index("--target") + 1])
+def test_the_readme_gpu_commands_dry_run(args, tmp_path, monkeypatch):
+    """The exact GPU commands, with --dry-run and a small plan appended."""
+    monkeypatch.chdir(tmp_path)  # --resume data/gpu: absent here, as on a first run
+    args = [a.replace("OUTDIR", str(tmp_path / "OUT")) for a in args]
+    assert main(args + ["--dry-run", *STUB, "--families", "mlp", "--count", "1",
+                        "--noisy-cv", "10"]) == 0
+    out = Path(args[args.index("--out") + 1])
+    assert len(main_records(out)) == 2
+
+
+@pytest.mark.slow
+def test_gpu_shaped_records_train_a_predictor_the_runtime_loads(tmp_path, monkeypatch):
+    """cuda-inference records (dry run) -> report --export-dir -> perfseer_rt predicts."""
+    from perfseer_rt.predict import api, registry
+    from training.seernet.report import main as report
+
+    monkeypatch.setenv(ZOO_ENV, "tests.stub_zoo")
+    ds = tmp_path / "ds"
+    assert main(["--target", "cuda-inference", "--dry-run", "--out", str(ds), *STUB,
+                 "--families", "mlp,wide", "--count", "12", "--no-reference"]) == 0
+    exp = tmp_path / "models" / "dry-gpu"
+    assert report(["--dataset", str(ds), "--out", str(tmp_path / "rep"), "--models", "seernet",
+                   "--splits", "arch", "--epochs", "2", "--threads", "1", "--quiet",
+                   "--device", "cpu-1t-dry-run", "--export-dir", str(exp)]) == 0
+    manifest = json.loads((exp / "manifest.json").read_text())
+    assert manifest["kind"] == "seernet" and manifest["training_data"]["configurations"] > 0
+    monkeypatch.setattr(registry, "models_root", lambda: tmp_path / "models")
+    registry.predictors.cache_clear()
     try:
-        import training.zoo as zoo
-
-        zoo.parse_spec("resnet:depth=18,width=0.25,res=32")
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _real_zoo_ok(), reason="training.zoo (resnet family) not importable")
-def test_inference_dry_run_with_the_real_zoo(tmp_path, capsys):
-    out = tmp_path / "out"
-    rc = gpu_inference.main(["--dry-run", "--out", str(out), "--count", "0",
-                             "--spec", "resnet:depth=18,width=0.25,res=32", "--batches", "2",
-                             "--batches-per-arch", "1", "--reference-every", "0"])
-    assert rc == 0
-    recs = [r for r in _records(out) if not r["reference"]]
-    assert len(recs) == 1 and recs[0]["status"] == "ok", recs[0]["error"]
-    assert recs[0]["input_shapes"]["input"] == [2, 3, 32, 32] and recs[0]["family"] == "resnet"
+        [res] = api.predict(ROOT / "examples/resnet18.onnx", batch=2, device="cpu-1t-dry-run")
+    finally:
+        registry.predictors.cache_clear()
+    assert res["metrics"]["latency_ms"]["value"] > 0 and res["metrics"]["peak_mem_mb"]["unit"]

@@ -1,30 +1,26 @@
-"""Dataset builder: real (tiny) measurements, atomic shards, resume, splits."""
+"""The CPU dataset on the campaign engine: real (tiny) measurements, the old
+command line, resume of a folder the first builder wrote, splits, the card."""
 
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+from tests.campaign_fakes import FakeWorker
+from training.campaign import loop
+from training.campaign.plan import CpuPlan
+from training.campaign.store import Store, iter_records
+from training.campaign.targets import TargetSpec
+from training.campaign.worker import DeviceWorker
+from training.dataset.__main__ import translate
+from training.dataset.splits import HELD_OUT_FAMILIES, split_arch, split_family
+from training.seernet.data import load_samples, read_records
 
-from perfseer_rt.profile import ProfileWorker  # noqa: E402
-from training.dataset.build import Builder, Settings, existing  # noqa: E402
-from training.dataset.splits import HELD_OUT_FAMILIES, split_arch, split_family  # noqa: E402
-from training.seernet.data import load_samples, read_records  # noqa: E402
-
-FAMILY = ("mobilenetv3",)
-
-
-def settings(out, target):
-    return Settings(out=str(out), target=target, min_runs=3, min_time_s=0.02,
-                    families=FAMILY, reference=False, shard_size=3)
-
-
-@pytest.fixture(scope="module")
-def worker():
-    with ProfileWorker("cpu") as w:
-        yield w
+ROOT = Path(__file__).parents[1]
+TINY = {"min_runs": 3, "min_time_s": 0.02, "max_time_s": 1.0, "warmup_runs": 1,
+        "warmup_time_s": 0.0, "max_runs": 100000}
 
 
 def check_consistent(out: Path):
@@ -37,69 +33,84 @@ def check_consistent(out: Path):
     return records
 
 
-def test_build_resume_and_records(tmp_path, worker):
+def test_old_command_line_maps_to_the_campaign():
+    assert translate(["--out", "d", "--target", "2400", "--device", "cpu-x", "--min-time", "0.25",
+                      "--max-latency", "600"]) == \
+        ["--target", "cpu-inference", "--out", "d", "--configs", "2400", "--device", "cpu-x",
+         "--min-time", "0.25", "--max-latency", "600"]
+    assert translate(["--kind=train", "--target=3", "--out", "d"])[:4] == \
+        ["--target", "cpu-train", "--configs", "3"]
+
+
+def test_resumes_a_folder_of_the_first_builder_without_remeasuring(tmp_path):
+    """Two shards of the shipped CPU dataset (written by the first builder, seed 0)
+    are resumed: the stream skips their architectures and new shards follow them."""
     out = tmp_path / "ds"
-    n = Builder(settings(out, 2), worker, log=lambda *_: None).run()
-    assert n >= 2
-    first = check_consistent(out)
-    ok = [r for r in first if r["status"] == "ok"]
-    assert ok, [r["error"] for r in first]
-    r = ok[0]
-    assert r["metrics"]["latency_ms"] > 0 and r["metrics"]["peak_mem_mb"] > 0
-    assert r["quality"]["runs"] >= 3 and r["quality"]["latency_cv"] is not None
-    assert r["env"]["onnxruntime_version"] and r["provider"]["provider_used"] == "CPUExecutionProvider"
-    assert r["flops"] > 0 and r["graph_key"]
-
-    # resume: a larger target continues the same stream without repeating
-    n2 = Builder(settings(out, n + 2), worker, log=lambda *_: None).run()
-    assert n2 >= n + 2
-    second = check_consistent(out)
-    assert [x["graph_key"] for x in second[: len(first)]] == [x["graph_key"] for x in first]
-    done, count, _ = existing(out)
-    assert count == n2 and len(done) == n2
+    for sub, ext in (("records", "jsonl"), ("graphs", "npz")):
+        (out / sub).mkdir(parents=True)
+        for i in (0, 1):
+            shutil.copy(ROOT / f"data/cpu_inference/{sub}/part-0000{i}.{ext}", out / sub)
+    old = [(r["arch_id"], r["batch"]) for r in iter_records(out) if not r["reference"]]
+    store = Store(out)
+    assert store.count == len(old) and store.index == 2
+    worker = FakeWorker(env={"cpu_model": "AMD EPYC"}, method="vmhwm")
+    loop.run(CpuPlan(seed=0), store, loop.LocalExecutor(worker), target=len(old) + 6,
+             reference=False, progress=False)
+    new = [(r["arch_id"], r["batch"]) for r in iter_records(out) if not r["reference"]][len(old):]
+    assert len(new) == 6 and not set(new) & set(old)
+    assert {f.name for f in (out / "records").glob("*")} == {f"part-0000{i}.jsonl" for i in range(3)}
+    olds = {a for a, _ in old}
+    assert not {a for a, _ in new} & olds  # no old architecture is measured again
 
 
-def test_resume_refuses_another_memory_method(tmp_path, worker):
-    """Records whose peak memory was read another way (e.g. before glibc's
-    mmap threshold was fixed) are not extended with new ones."""
-    from training.dataset.build import MixedMethodsError
-
+@pytest.mark.slow
+def test_cpu_inference_measures_resumes_and_keeps_whole_shards(tmp_path):
     out = tmp_path / "ds"
-    Builder(settings(out, 1), worker, log=lambda *_: None).run()
-    [part] = sorted((out / "records").glob("part-*.jsonl"))
-    records = [json.loads(line) for line in part.read_text().splitlines()]
-    assert {r["quality"]["peak_mem_method"] for r in records} == {"vmhwm+mmap64k"}
-    for r in records:
-        r["quality"]["peak_mem_method"] = "vmhwm"  # as an older campaign wrote them
-    part.write_text("".join(json.dumps(r) + "\n" for r in records))
-    before = sorted(p.name for p in (out / "records").glob("*"))
-    with pytest.raises(MixedMethodsError, match="as vmhwm, this run as vmhwm\\+mmap64k"):
-        Builder(settings(out, len(records) + 1), worker, log=lambda *_: None).run()
-    assert sorted(p.name for p in (out / "records").glob("*")) == before
+    plan = CpuPlan(seed=0, families=["mobilenetv3"], max_latency_ms=50.0,
+                   reference_specs=("mobilenetv3:variant=small,width=0.35,res=32",))
+    spec = TargetSpec("cpu-inference", TINY)
 
-
-def test_interrupted_build_leaves_whole_shards(tmp_path, worker):
-    out = tmp_path / "ds"
-
-    class Flaky:
+    class Interrupt(DeviceWorker):
         calls = 0
 
-        def measure(self, *a, **k):
-            Flaky.calls += 1
-            if Flaky.calls == 3:
+        def run(self, item, upcoming=None, deadline=None):
+            Interrupt.calls += 1
+            if Interrupt.calls == 3:
                 raise KeyboardInterrupt
-            return worker.measure(*a, **k)
+            return super().run(item, upcoming, deadline)
 
     with pytest.raises(KeyboardInterrupt):
-        Builder(settings(out, 10), Flaky(), log=lambda *_: None).run()
-    before = check_consistent(out)
-    assert 1 <= len(before) <= 2  # 2 calls: one or two records (a noisy one is re-measured)
-    for f in (out / "records").glob("*.jsonl"):
-        for line in f.read_text().splitlines():
-            json.loads(line)  # every line whole
-    n = Builder(settings(out, 4), worker, log=lambda *_: None).run()
-    assert n >= 4
-    check_consistent(out)
+        loop.run(plan, Store(out, shard_size=3), loop.LocalExecutor(Interrupt(spec)), target=50,
+                 reference_every=1, progress=False)
+    first = check_consistent(out)
+    assert first and json.loads((out / "campaign.json").read_text())["state"] == "interrupted"
+    loop.run(plan, Store(out, shard_size=3), loop.LocalExecutor(DeviceWorker(spec)),
+             target=len([r for r in first if not r["reference"]]) + 2, reference_every=1,
+             progress=False)
+    records = check_consistent(out)
+    ok = [r for r in records if r["status"] == "ok"]
+    assert ok and all(r["metrics"]["latency_ms"] > 0 and r["metrics"]["peak_mem_mb"] > 0 for r in ok)
+    assert {r["quality"]["peak_mem_method"] for r in ok} == {"vmhwm+mmap64k"}
+    assert all(r["env"]["cpu_model"] for r in ok)
+    # the record fields the first builder gained: architecture group, the published-models
+    # split, and the profiler's load/run memory parts (peak = the larger of the two peaks)
+    assert all(r["group"] == "mobilenetv3" and r["split_real"] in ("train", "val") for r in records)
+    for r in ok:
+        q = r["quality"]
+        assert q["loaded_mb"] <= q["load_peak_mb"]
+        assert r["metrics"]["peak_mem_mb"] == pytest.approx(max(q["load_peak_mb"], q["run_peak_mb"]))
+    refs = [r for r in records if r["reference"]]
+    assert len(refs) >= 3 and len({r["graph_key"] for r in refs}) == 1
+
+    # the data card: reference configurations counted apart, their spread per metric shown
+    from training.dataset.card import card, drift
+
+    [d] = drift(records, "latency_ms")
+    assert d["count"] == len(refs) and set(d["cv_pct"]) == {"latency_ms", "peak_mem_mb"}
+    text = card(out)
+    main = [r for r in records if not r["reference"]]
+    assert f"- {len(main)} configurations" in text
+    assert f"1 reference configurations re-measured {len(refs)} times" in text
 
 
 def test_splits_never_leak_architectures():
@@ -115,47 +126,3 @@ def test_splits_never_leak_architectures():
     for fam in HELD_OUT_FAMILIES:
         assert {split_family(a, fam) for a in ids[:50]} == {"test"}
     assert {split_family(a, "resnet") for a in ids} == {"train", "val"}
-
-
-def test_training_step_records(tmp_path):
-    from training.profile_train import TrainWorker
-
-    out = tmp_path / "train"
-    s = settings(out, 2)
-    s.kind = "train"
-    with TrainWorker("cpu") as w:
-        n = Builder(s, w, log=lambda *_: None).run()
-    assert n >= 2
-    records = check_consistent(out)
-    ok = [r for r in records if r["status"] == "ok"]
-    assert ok and all(r["kind"] == "train" for r in records)
-    assert ok[0]["metrics"]["step_ms"] > 0 and ok[0]["metrics"]["peak_mem_mb"] > 0
-    assert ok[0]["quality"]["step_cv"] is not None
-
-
-def test_reference_set_remeasured_in_one_shard(tmp_path, worker, monkeypatch):
-    """Reference architectures are measured at the start, every N records and
-    at the end; their repeated graphs share one entry of a shard."""
-    from training.dataset import build
-
-    monkeypatch.setattr(build, "REFERENCE_SPECS", ("mobilenetv3:variant=small,width=0.35,res=32",))
-    out = tmp_path / "ds"
-    s = settings(out, 2)
-    s.reference, s.reference_every, s.shard_size = True, 1, 50
-    Builder(s, worker, log=lambda *_: None).run()
-    records = check_consistent(out)
-    refs = [r for r in records if r["reference"]]
-    assert len(refs) >= 3 and len({r["graph_key"] for r in refs}) == 1
-
-    # the data card: reference configurations counted apart, their spread per metric shown
-    from training.dataset.card import card, drift
-
-    [d] = drift(records, "latency_ms")
-    assert d["count"] == len(refs) and set(d["cv_pct"]) == {"latency_ms", "peak_mem_mb"}
-    assert all(v >= 0 for v in d["cv_pct"].values())
-    text = card(out)
-    main = [r for r in records if not r["reference"]]
-    assert f"- {len(main)} configurations" in text
-    assert f"1 reference configurations re-measured {len(refs)} times" in text
-    assert f"so it sees {len(main) + 1} configurations" in text
-    assert f"{d['cv_pct']['peak_mem_mb']:.1f} %" in text

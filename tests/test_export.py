@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from perfseer_rt.graph import layout
+from perfseer_rt.predict.manifest import INTRA_OP_THREADS, parse_manifest
 from training.seernet import (
     Normalization,
     SeerNet,
@@ -17,6 +18,7 @@ from training.seernet import (
     SeerNetMulti,
     concat_graphs,
 )
+from training.seernet.data import dataset_summary
 from training.seernet.export import NormalizedPredictor, export_seernet, run_onnx
 from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.seernet import StackedPredictor
@@ -88,18 +90,23 @@ def test_onnx_signature_and_ops(exported):
 
 def test_export_multi_and_manifest(tmp_path, exported):
     _, _, norm, _ = exported
+    rng = np.random.default_rng(2)
+    samples = [random_graph(rng, int(rng.integers(2, 20))) for _ in range(5)]
     multi = SeerNetMulti(SeerNetConfig(hidden=32, num_outputs=2)).eval()
     path = export_seernet(multi, norm, tmp_path / "seernet_multi.onnx")
     entry = model_entry(path, "seernet_multi", METRICS, 123)
     man = write_manifest(tmp_path / "manifest.json", device="cpu-1t", description={"cpu": "test"},
                          metrics=METRICS, normalization=norm, models=[entry],
-                         training_data={"configurations": 30}, accuracy={"arch": {}})
+                         training_data=dataset_summary(samples, METRICS), accuracy={"arch": {}})
     back = json.loads((tmp_path / "manifest.json").read_text())
     assert back == man
     assert back["feature_version"] == layout.FEATURE_VERSION
     assert back["metrics"] == [{"name": "latency_ms", "unit": "ms"}, {"name": "peak_mem_mb", "unit": "MB"}]
-    assert back["models"][0]["file"] == "seernet_multi.onnx" and len(back["models"][0]["sha256"]) == 64
-    assert Normalization.from_dict(back["normalization"]).to_dict() == norm.to_dict()
+    section = back["seernet"]
+    assert section["models"][0]["file"] == "seernet_multi.onnx" and len(section["models"][0]["sha256"]) == 64
+    assert Normalization.from_dict(section["normalization"]).to_dict() == norm.to_dict()
+    assert section["session"] == {"intra_op_num_threads": 1}
+    assert parse_manifest(back).seernet.models[0].name == "seernet_multi"
     assert "other" in back["op_vocabulary"]
 
 
@@ -110,7 +117,7 @@ def test_runtime_session_is_single_threaded(exported):
     from perfseer_rt.predict import api
 
     path, wrapped, _, _ = exported
-    sess = api._session(str(path))
+    sess = api._session(str(path), INTRA_OP_THREADS)
     assert sess.get_session_options().intra_op_num_threads == 1
     g = _cases()["large graph"]
     a = concat_graphs([x.x for x in g], [x.edge_index for x in g], [x.edge_attr for x in g], [x.u for x in g])

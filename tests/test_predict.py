@@ -45,9 +45,10 @@ def models_dir(tmp_path_factory):
     write_manifest(folder / "manifest.json", device="testgpu", description="test only",
                    metrics=METRICS, normalization=norm,
                    models=[model_entry(folder / "seernet_multi.onnx", "seernet_multi", METRICS, 1)],
-                   training_data={"flops_total": {"min": 1e3, "max": 1e12},
+                   training_data={"configurations": 4, "architectures": 2, "families": {"test": 4},
+                                  "flops_total": {"min": 1e3, "max": 1e12}, "metrics": {},
                                   "nodes": {"min": 1, "max": 500}, "batch_sizes": [1, 2, 4, 8]},
-                   accuracy={"arch": {"seernet_multi": {"peak_mem_mb": {"mape": 7.5}}}},
+                   accuracy={"arch": {"seernet_multi": {"peak_mem_mb": {"mape": 7.5, "count": 10}}}},
                    mig_gpu="h100-80gb")
     return root
 

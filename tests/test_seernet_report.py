@@ -11,6 +11,7 @@ import importlib.util
 import json
 
 import numpy as np
+import pytest
 import onnx
 
 from training.seernet import data
@@ -21,6 +22,7 @@ from training.seernet.synthetic import write_synthetic_dataset
 from training.seernet.train import load_checkpoint
 
 
+@pytest.mark.slow
 def test_report_end_to_end(tmp_path, capsys):
     ds = write_synthetic_dataset(tmp_path / "ds", num_archs=16, batches=(1, 4), max_nodes=12)
     out, exp = tmp_path / "report", tmp_path / "exported"
@@ -50,7 +52,7 @@ def test_report_end_to_end(tmp_path, capsys):
 
     # exported predictors answer in metric units and agree with the report's SeerNet
     manifest = json.loads((exp / "manifest.json").read_text())
-    assert [m["file"] for m in manifest["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
+    assert [m["file"] for m in manifest["seernet"]["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
     assert manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"] == \
         report["splits"]["arch"]["models"]["seernet"]["metrics"]["latency_ms"]["mape"]
     samples = data.load_samples(ds)

@@ -345,7 +345,7 @@ class TrainWorker:
     Models are described as JSON (``config``) and built in the child by a
     builder ``"module:function"`` taking ``(config, batch)`` and returning
     ``(module, inputs)``; the default builds zoo configs
-    (:func:`training.campaigns.zoo_cases.build_train_case`).
+    (:func:`training.campaign.zoo_cases.build_train_case`).
 
     Args:
         device: ``"cpu"`` or ``"cuda"``.
@@ -353,7 +353,7 @@ class TrainWorker:
         extra_path: folders put first on the child's PYTHONPATH.
     """
 
-    DEFAULT_BUILDER = "training.campaigns.zoo_cases:build_train_case"
+    DEFAULT_BUILDER = "training.campaign.zoo_cases:build_train_case"
 
     def __init__(self, device: str = "cpu", *, timeout_s: float = 600.0,
                  extra_path: Sequence[str] = ()) -> None:

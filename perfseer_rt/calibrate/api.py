@@ -168,7 +168,7 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     if not corrections:
         raise PerfSeerError(f"no metric of {base!r} ({', '.join(base_pred.metrics)}) has 3 or more measurements")
     manifest = _manifest(name, base_pred, corrections, env, how, rows)
-    files = {e["file"]: base_pred.folder / e["file"] for e in base_pred.manifest["models"]}
+    files = {e["file"]: base_pred.folder / e["file"] for e in base_pred.model_entries}
     write_entry(Path(folder), manifest, files, overwrite=overwrite)
     return CalibrationResult(name, Path(folder), base, corrections)
 
@@ -176,7 +176,7 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
 def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dict | str | None, how: str,
               rows: Sequence[dict]) -> dict:
     doc = {k: v for k, v in base_pred.manifest.items() if k not in ("accuracy", "report")}
-    model = base_pred.manifest.get("default_model")
+    model = base_pred.default_model
     doc["device"] = {"name": name, "description": env or f"calibrated from {base_pred.device}",
                      "base": base_pred.device}
     doc["calibration"] = {
@@ -186,7 +186,8 @@ def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dic
                     if k in r} for r in rows],
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    doc["accuracy"] = {"test": {model: {m: {"mape": c.cv_mape, "within_10": c.cv_within_10, "count": c.count}
+    doc["accuracy"] = {"test": {model: {m: {"mape": c.cv_mape, "within_10": c.cv_within_10, "count": c.count,
+                                            "spearman": None}
                                         for m, c in corrections.items()}},
                        "test_kind": "leave-one-out over the calibration's measured models"}
     return doc

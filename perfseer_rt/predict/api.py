@@ -18,6 +18,7 @@ from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict import explain, local_cpu, mig
+from perfseer_rt.predict.manifest import concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 
@@ -32,27 +33,19 @@ CHUNK_NODES = 2048
 
 
 @lru_cache(maxsize=8)
-def _session(path: str):
+def _session(path: str, threads: int):
     from perfseer_rt.install import check_onnxruntime
+    # lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.profile.session import build_session
 
     check_onnxruntime()
-
-    return build_session(path, "cpu", threads=1).session
+    return build_session(path, "cpu", threads=threads).session
 
 
 def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
-    """The predictor's inputs for many graphs (node ids shifted per graph)."""
-    sizes = [g.num_nodes for g in graphs]
-    offsets = np.cumsum([0] + sizes[:-1])
-    return {  # one pass each: concatenate straight into the predictor's dtypes
-        "x": np.concatenate([g.x for g in graphs], dtype=np.float32, casting="same_kind"),
-        "edge_index": np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)],
-                                     axis=1, dtype=np.int64),
-        "edge_attr": np.concatenate([g.edge_attr for g in graphs], dtype=np.float32, casting="same_kind"),
-        "u": np.stack([g.u for g in graphs], dtype=np.float32, casting="same_kind"),
-        "node_batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
-    }
+    """The predictor's inputs for many graphs (:func:`manifest.concat_graphs`)."""
+    return concat_graphs([g.x for g in graphs], [g.edge_index for g in graphs],
+                         [g.edge_attr for g in graphs], [g.u for g in graphs])
 
 
 def chunks(graphs: Sequence[PerfGraph], max_nodes: int = CHUNK_NODES) -> list[Sequence[PerfGraph]]:
@@ -72,23 +65,22 @@ def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | Non
     """Raw output ``[G, M]`` of ``model`` (default: the device's default
     model) in the manifest's metric order, ``chunk_nodes`` nodes or so per
     onnxruntime call."""
-    sess = _session(str(pred.model_file(model)))
+    sess = _session(str(pred.model_file(model)), pred.threads)
     parts = [sess.run(None, concat(part))[0] for part in chunks(graphs, chunk_nodes)]
     return np.concatenate(parts) if parts else np.zeros((0, len(pred.metrics)), np.float32)
 
 
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     """Why this graph lies outside what the predictor was trained on."""
-    data = pred.manifest.get("training_data", {})
+    data = pred.schema.training_data if pred.schema else None
     g = graph.globals
     warnings = []
-    for key, value, what in (("flops_total", g["flops_total"], "FLOPs"),
-                             ("nodes", g["num_nodes"], "node count")):
-        rng = data.get(key) or {}
-        if rng and not (rng["min"] <= value <= rng["max"]):
+    for rng, value, what in ((data and data.flops_total, g["flops_total"], "FLOPs"),
+                             (data and data.nodes, g["num_nodes"], "node count")):
+        if rng and not (rng.min <= value <= rng.max):
             warnings.append(f"{what} {value:.4g} outside the training range "
-                            f"[{rng['min']:.4g}, {rng['max']:.4g}]")
-    batches = data.get("batch_sizes") or []
+                            f"[{rng.min:.4g}, {rng.max:.4g}]")
+    batches = list(data.batch_sizes) if data else []
     if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
         warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
                         f"{min(batches)}..{max(batches)}")

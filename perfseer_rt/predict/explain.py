@@ -97,19 +97,21 @@ def meaning(pred: Predictor, metric: str) -> str:
 
 def predictor_info(pred: Predictor, model: str | None = None) -> dict:
     """The ``predictor`` block of a result."""
-    name = model or pred.manifest["default_model"]
-    entry = next((m for m in pred.manifest["models"] if m["name"] == name), {})
-    data = pred.manifest.get("training_data", {})
+    name = model or pred.default_model
+    entry = next((m for m in pred.model_entries if m["name"] == name), {})
+    data = pred.manifest.get("training_data") or {}
+    source = data.get("source") or (data.get("notes") or {}).get("source")  # schema 1 / 2
     acc = ", ".join(f"{m} {a['mape']:.1f} %" for m in pred.metrics
                     if (a := pred.test_accuracy(m, name)).get("mape") is not None)
     provenance = (f"trained on {data.get('configurations', '?')} measured configurations"
-                  + (f" ({data['source']})" if data.get("source") else "")
+                  + (f" ({source})" if source else "")
                   + (f"; test MAPE {acc}" if acc else ""))
-    if pred.manifest.get("provenance"):  # e.g. a GPU prior: says where its data came from
+    if isinstance(pred.manifest.get("provenance"), str):  # a GPU prior: where its data came from
         provenance = pred.manifest["provenance"]
     created = str(pred.manifest.get("created", ""))[:10]
     sha = str(entry.get("sha256", ""))[:12]
-    return {"device": pred.device, "kind": entry.get("kind", name), "model": name,
+    kind = entry.get("architecture") or entry.get("kind", name)  # schema 2 / schema 1 and gpu-prior
+    return {"device": pred.device, "kind": kind, "model": name,
             "version": " ".join(x for x in (created, f"sha256:{sha}" if sha else "") if x)
             or "unknown",
             "provenance": provenance, "description": device_description(pred)}
@@ -145,10 +147,10 @@ def device_rows() -> list[dict]:
                                   "test_within_10_pct":
                                       pred.test_accuracy(x["name"]).get("within_10")}
                                  for x in m["metrics"]],
-                     "models": pred.model_names, "default_model": m.get("default_model"),
+                     "models": pred.model_names, "default_model": pred.default_model,
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
                      "local_cpu_match": matches_local(m, here),
-                     "configurations": m.get("training_data", {}).get("configurations")})
+                     "configurations": (m.get("training_data") or {}).get("configurations")})
     return rows

@@ -21,6 +21,7 @@ from pathlib import Path
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
+from perfseer_rt.predict.manifest import Manifest, ManifestError, parse_manifest
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -35,12 +36,21 @@ class Predictor:
     folder: Path
     manifest: dict
     user: bool = False  # a user entry (``perfseer-rt calibrate``), not shipped
+    #: The typed manifest (:mod:`perfseer_rt.predict.manifest`, checked strictly at
+    #: load) of a seernet predictor, shipped or calibrated; None for a kind the
+    #: schema does not cover yet (``gpu-prior``: read by :mod:`perfseer_rt.gpu`).
+    schema: Manifest | None = None
 
     @property
     def corrections(self) -> dict[str, Correction]:
         """metric -> correction of the base predictor's output (calibrated entries only)."""
         cal = self.manifest.get("calibration") or {}
         return {m: Correction.from_dict(c) for m, c in (cal.get("corrections") or {}).items()}
+
+    def _models_section(self) -> dict:
+        """The dict holding ``models`` and ``default_model``: the ``seernet``
+        section (schema 2), else the manifest itself (gpu-prior)."""
+        return self.manifest.get("seernet") or self.manifest
 
     @property
     def metrics(self) -> list[str]:
@@ -49,24 +59,39 @@ class Predictor:
     def unit(self, metric: str) -> str:
         return next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric)
 
+    @property
+    def model_entries(self) -> list[dict]:
+        return list(self._models_section()["models"])
+
     def model_file(self, name: str | None = None) -> Path:
-        name = name or self.manifest["default_model"]
-        entry = next((m for m in self.manifest["models"] if m["name"] == name), None)
+        name = name or self.default_model
+        entry = next((m for m in self.model_entries if m["name"] == name), None)
         if entry is None:
             raise PerfSeerError(f"device {self.device!r} has no model {name!r}; it has "
-                                f"{', '.join(m['name'] for m in self.manifest['models'])}")
+                                f"{', '.join(self.model_names)}")
         return self.folder / entry["file"]
 
     @property
     def model_names(self) -> list[str]:
-        return [m["name"] for m in self.manifest["models"]]
+        return [m["name"] for m in self.model_entries]
+
+    @property
+    def default_model(self) -> str:
+        return self._models_section()["default_model"]
+
+    @property
+    def threads(self) -> int:
+        """onnxruntime intra-op threads the predictor runs with (from its manifest)."""
+        schema = self.schema
+        return schema.seernet.session.intra_op_num_threads if schema else 1
 
     def test_accuracy(self, metric: str, model: str | None = None) -> dict:
         """A model's (default: the default model's) accuracy on the architecture
-        split's test set (``{"mape", "within_10", "count"}``; empty when not recorded)."""
+        split's test set, else the ``test`` split (``{"mape", "within_10", "count",
+        ...}``; empty when not recorded)."""
         acc = self.manifest.get("accuracy", {})
         split = acc.get("arch") or acc.get("test") or {}
-        return split.get(model or self.manifest.get("default_model"), {}).get(metric, {}) or {}
+        return split.get(model or self.default_model, {}).get(metric, {}) or {}
 
     @property
     def kind(self) -> str:
@@ -108,8 +133,44 @@ def shipped_predictors() -> dict[str, Predictor]:
     out: dict[str, Predictor] = {}
     for manifest in sorted(models_root().glob(f"*/{MANIFEST}")):
         doc = json.loads(manifest.read_text())
-        out[doc["device"]["name"]] = Predictor(doc["device"]["name"], manifest.parent, doc)
+        out[doc["device"]["name"]] = Predictor(doc["device"]["name"], manifest.parent, doc,
+                                               schema=typed_manifest(manifest, doc))
     return out
+
+
+#: Kinds read outside the strict schema, by their own runtime (pass-through):
+#: ``gpu-prior`` manifests (``exported_models/h100`` ...) are read and checked by
+#: :class:`perfseer_rt.gpu.predict.GpuPriorDevice`. TODO: a ``gpu-prior`` section
+#: in :data:`perfseer_rt.predict.manifest.KIND_SECTIONS` and a migration.
+PASS_THROUGH_KINDS = ("gpu-prior",)
+#: Keys a calibrated user entry (``perfseer-rt calibrate``) adds to its base's
+#: seernet manifest; the rest is checked by the strict schema.
+CALIBRATION_KEYS = ("calibration",)
+
+
+def typed_manifest(path: Path, doc: dict) -> Manifest | None:
+    """``doc`` (read from ``path``) checked by the strict schema; None for a
+    :data:`PASS_THROUGH_KINDS` manifest.
+
+    A calibrated entry is its base's seernet manifest plus ``calibration``,
+    ``device.base`` and ``accuracy.test_kind``; those are set aside and the
+    rest must follow the schema.
+
+    Raises:
+        ManifestError: naming the file and the field.
+    """
+    if isinstance(doc, dict) and doc.get("kind") in PASS_THROUGH_KINDS:
+        return None
+    if isinstance(doc, dict) and "calibration" in doc:
+        doc = {k: v for k, v in doc.items() if k not in CALIBRATION_KEYS}
+        if isinstance(doc.get("device"), dict):
+            doc["device"] = {k: v for k, v in doc["device"].items() if k != "base"}
+        if isinstance(doc.get("accuracy"), dict):
+            doc["accuracy"] = {k: v for k, v in doc["accuracy"].items() if k != "test_kind"}
+    try:
+        return parse_manifest(doc)
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
 
 
 def predictors() -> dict[str, Predictor]:
@@ -123,7 +184,8 @@ def predictors() -> dict[str, Predictor]:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not an entry of ours (or a half-removed one): ignore it
         if name not in out:
-            out[name] = Predictor(name, manifest.parent, doc, user=True)
+            out[name] = Predictor(name, manifest.parent, doc, user=True,
+                                  schema=typed_manifest(manifest, doc))
     return out
 
 
@@ -132,6 +194,7 @@ def get_predictor(device: str | None) -> Predictor:
 
     Raises:
         DeviceError: unknown device (the message lists the shipped ones).
+        ManifestError: a manifest that does not follow the schema (strict).
     """
     found = predictors()
     if not found:

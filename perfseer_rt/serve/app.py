@@ -260,7 +260,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def _warm(pred) -> None:
     from perfseer_rt.predict.api import _session
 
-    _session(str(pred.model_file()))
+    _session(str(pred.model_file()), pred.threads)
 
 
 def _version() -> str:

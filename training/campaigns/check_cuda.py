@@ -1,6 +1,6 @@
 """Prove that onnxruntime's CUDA execution provider really runs here, before measuring.
 
-``python -m training.campaigns.gpu_inference --check-cuda --out DIR`` (or
+``python -m training.campaign --check-cuda --out DIR`` (or
 ``python -m training.campaigns.check_cuda DIR``) checks, and prints as JSON
 (also written to ``DIR/check_cuda.json``):
 

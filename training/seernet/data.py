@@ -1,6 +1,6 @@
 """The on-disk dataset that training reads, and the helper that writes its graphs.
 
-Layout of a dataset folder ``DIR`` (written by the dataset builder)::
+Layout of a dataset folder ``DIR`` (written by :mod:`training.campaign.store`)::
 
     DIR/records/*.jsonl   one JSON object per configuration (model x batch x device)
     DIR/graphs/*.npz      shards of PerfGraph arrays, many graphs per shard

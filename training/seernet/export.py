@@ -11,11 +11,12 @@ The ONNX predictor's contract (what ``perfseer_rt.predict`` feeds it):
     output   y          float32[G, M]    metrics in their units (manifest order)
 
 ``N``, ``E`` and ``G`` are dynamic; every graph needs at least one node;
-run it with ``intra_op_num_threads=1`` (the runtime does): its row scatters
-(``ScatterND`` with a reduction) are not thread-safe in onnxruntime, which
-gives run-to-run different sums with several threads (onnxruntime issue
-#18048);
-:func:`training.seernet.sample.concat_graphs` builds these arrays.
+run it with ``INTRA_OP_THREADS`` (1; the runtime reads it from the manifest):
+its row scatters (``ScatterND`` with a reduction) are not thread-safe in
+onnxruntime, which gives run-to-run different sums with several threads
+(onnxruntime issue #18048). The names, the thread setting and the builder of
+these arrays (``concat_graphs``) are the runtime's contract,
+:mod:`perfseer_rt.predict.manifest`, imported here.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from perfseer_rt.predict.manifest import INPUT_NAMES, INTRA_OP_THREADS, OUTPUT_NAMES
 from training.seernet.normalization import ColumnStats, Normalization
 
-INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
-OUTPUT_NAMES = ("y",)
+__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "NormalizedPredictor", "export_seernet",
+           "export_checkpoints", "run_onnx"]
 
 
 class _Standardize(nn.Module):
@@ -150,7 +152,7 @@ def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch) -
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1  # ScatterND reductions race across threads (onnx_rewrite)
+    so.intra_op_num_threads = INTRA_OP_THREADS  # ScatterND reductions race across threads
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     feeds = dict(zip(INPUT_NAMES, (np.asarray(x, np.float32), np.asarray(edge_index, np.int64),
                                    np.asarray(edge_attr, np.float32), np.asarray(u, np.float32),

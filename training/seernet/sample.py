@@ -4,7 +4,8 @@ A mini-batch of graphs is one big disjoint graph, as in PyG: node, edge and
 global arrays are concatenated, edge indices are shifted by the node offset of
 their graph, and ``node_batch[i]`` names the graph of node ``i``. These are
 exactly the inputs of the exported ONNX predictor, so the runtime batches
-graphs the same way (:func:`concat_graphs` is torch-free for that reason).
+graphs the same way: :func:`concat_graphs` is the runtime's own
+(:mod:`perfseer_rt.predict.manifest`), imported here.
 
 Shapes (one batch of ``G`` graphs, ``N`` nodes, ``E`` edges, ``M`` metrics):
     x ``[N, Fn]``, edge_index ``[2, E]`` (int64), edge_attr ``[E, Fe]``,
@@ -20,6 +21,9 @@ import numpy as np
 import torch
 
 from perfseer_rt.graph import layout
+from perfseer_rt.predict.manifest import concat_graphs
+
+__all__ = ["GraphSample", "GraphBatch", "from_perfgraph", "collate", "concat_graphs"]
 
 
 @dataclass
@@ -85,34 +89,6 @@ def from_perfgraph(graph, targets: dict[str, float], *, arch_id: str = "", famil
         u=np.asarray(graph.u),
         targets={k: float(v) for k, v in targets.items()},
         arch_id=arch_id, family=family, batch=int(batch), **kwargs)
-
-
-def concat_graphs(xs: Sequence[np.ndarray], edge_indices: Sequence[np.ndarray],
-                  edge_attrs: Sequence[np.ndarray], us: Sequence[np.ndarray],
-                  dtype=np.float32) -> dict[str, np.ndarray]:
-    """Concatenate graphs into one disjoint graph: the ONNX predictor's inputs.
-
-    Returns a dict with ``x``, ``edge_index`` (shifted to global node ids),
-    ``edge_attr``, ``u`` (``[G, Fg]``) and ``node_batch``. Every graph must have
-    at least one node (a graph without nodes has no max/softmax readout).
-    """
-    counts = np.array([len(x) for x in xs], dtype=np.int64)
-    if len(counts) == 0:
-        raise ValueError("concat_graphs: no graphs given")
-    if (counts == 0).any():
-        bad = int(np.flatnonzero(counts == 0)[0])
-        raise ValueError(f"concat_graphs: graph {bad} has no nodes; every graph needs >= 1 node")
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    edge_index = np.concatenate(
-        [np.asarray(ei, dtype=np.int64).reshape(2, -1) + off for ei, off in zip(edge_indices, offsets)],
-        axis=1)
-    return {
-        "x": np.concatenate(xs, axis=0).astype(dtype, copy=False),
-        "edge_index": edge_index,
-        "edge_attr": np.concatenate(edge_attrs, axis=0).astype(dtype, copy=False),
-        "u": np.stack(us).astype(dtype, copy=False),
-        "node_batch": np.repeat(np.arange(len(counts), dtype=np.int64), counts),
-    }
 
 
 @dataclass

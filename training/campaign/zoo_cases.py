@@ -17,8 +17,12 @@ import time
 ZOO_ENV = "PERFSEER_CAMPAIGN_ZOO"
 
 
-def _zoo(name: str | None = None):
+def zoo(name: str | None = None):
+    """The zoo module (``training.zoo``, or the stand-in named by ``PERFSEER_CAMPAIGN_ZOO``)."""
     return importlib.import_module(name or os.environ.get(ZOO_ENV) or "training.zoo")
+
+
+_zoo = zoo
 
 
 def export_case(config_json: str, path: str, zoo_name: str | None = None) -> dict:
@@ -60,3 +64,8 @@ def export_worker_init() -> None:
         os.nice(10)
     except OSError:
         pass
+    if hasattr(os, "sched_getaffinity"):  # keep the measuring core(s) quiet
+        measuring = os.sched_getaffinity(0)  # inherited from the measuring parent
+        others = set(range(os.cpu_count() or 1)) - measuring
+        if others:
+            os.sched_setaffinity(0, others)

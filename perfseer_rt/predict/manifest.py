@@ -1,0 +1,440 @@
+"""The one contract between training and the runtime: the predictor manifest
+and the predictor's inputs.
+
+``exported_models/<device>/manifest.json`` is written by training
+(``training/seernet/manifest.py``) and read here, strictly: a missing or
+unknown field is a :class:`ManifestError` naming it (``models[1].sha256``),
+never a default. Fields that may be empty are written explicitly as ``null``.
+
+Layout (``schema_version`` 2)::
+
+    format, schema_version, kind        "perfseer-rt-predictor", 2, "seernet"
+    device        {name, description}   description: words or an environment block
+    feature_version, columns, op_vocabulary    the PerfGraph layout it was trained on
+    metrics       [{name, unit}]        output order of every model
+    training_data {configurations, architectures, families, batch_sizes, nodes,
+                   flops_total, metrics, notes} or null
+    accuracy      split -> model -> metric -> {mape, within_10, count, spearman}
+    created, provenance {command, notes}, mig_gpu
+    <kind>        the section of that kind (see KIND_SECTIONS)
+
+Kinds: ``"seernet"`` (a GNN in ONNX: models, normalization baked in, session
+settings). Another kind adds its frozen dataclass to :data:`KIND_SECTIONS`;
+its manifest then carries a section under its kind's name instead of
+``seernet``. Today two manifests are read outside this schema, by the
+registry (``perfseer_rt/predict/registry.py``):
+
+* a user-calibrated CPU entry (``perfseer-rt calibrate``) is its base's
+  seernet manifest plus ``calibration``, ``device.base`` and
+  ``accuracy.test_kind``: those are set aside and the rest is checked here;
+* kind ``"gpu-prior"`` (``exported_models/h100`` ...: spec sheet + public
+  kernel prior, schema ``perfseer-rt-predictor/1``) is passed through
+  (``registry.PASS_THROUGH_KINDS``) to :mod:`perfseer_rt.gpu`, which reads
+  it; giving it a section here (and migrating those manifests) is open.
+
+The ONNX predictor's inputs are built by :func:`concat_graphs` (training
+imports it), named :data:`INPUT_NAMES`, run with the manifest's
+``session.intra_op_num_threads`` (:data:`INTRA_OP_THREADS` when exported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+
+from perfseer_rt.errors import PerfSeerError
+
+FORMAT = "perfseer-rt-predictor"
+SCHEMA_VERSION = 2
+#: Inputs and output of every exported ONNX predictor, in this order.
+INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
+OUTPUT_NAMES = ("y",)
+#: Threads an exported predictor runs with: its row scatters (ScatterND with a
+#: reduction) race across threads in onnxruntime (issue #18048).
+INTRA_OP_THREADS = 1
+
+
+class ManifestError(PerfSeerError):
+    """A manifest does not follow the schema (the message names the field)."""
+
+
+class GraphInputError(PerfSeerError, ValueError):
+    """Graphs that cannot be fed to a predictor (none, or one without nodes)."""
+
+
+# ------------------------------------------------------------------- schema
+@dataclass(frozen=True)
+class Device:
+    name: str
+    description: Union[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+
+
+@dataclass(frozen=True)
+class Columns:
+    node: tuple[str, ...]
+    edge: tuple[str, ...]
+    global_: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One ONNX file: ``inputs``/``output`` give dtype and dims (ints or axis names)."""
+
+    name: str
+    file: str
+    sha256: str
+    outputs: tuple[str, ...]
+    parameters: int
+    opset: int
+    inputs: dict[str, tuple[Union[str, int], ...]]
+    output: dict[str, tuple[Union[str, int], ...]]
+    input_order: tuple[str, ...]
+    architecture: str
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """``(slog1p(x) if log1p else x) - mean) / std`` per column."""
+
+    columns: tuple[str, ...]
+    log1p: tuple[bool, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class TargetStats:
+    """``y = exp(t * std + mean)`` (``transform`` ``"log"``)."""
+
+    transform: str
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """The input normalisation and target transform baked into the ONNX files."""
+
+    feature_version: str
+    transform: str
+    node: ColumnStats
+    edge: ColumnStats
+    global_: ColumnStats
+    targets: dict[str, TargetStats]
+
+
+@dataclass(frozen=True)
+class Session:
+    intra_op_num_threads: int
+
+
+@dataclass(frozen=True)
+class SeerNetSection:
+    """Kind ``"seernet"``: GNN predictors in ONNX (normalisation baked in)."""
+
+    models: tuple[ModelEntry, ...]
+    default_model: str
+    normalization: Normalization
+    normalization_baked_in: bool
+    session: Session
+
+
+@dataclass(frozen=True)
+class Range:
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    count: int
+    min: Union[float, None]
+    median: Union[float, None]
+    max: Union[float, None]
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What the predictor saw; ``notes`` holds free-form provenance (source, rows)."""
+
+    configurations: int
+    architectures: int
+    families: dict[str, int]
+    batch_sizes: tuple[int, ...]
+    nodes: Union[Range, None]
+    flops_total: Union[Range, None]
+    metrics: dict[str, MetricSummary]
+    notes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MetricAccuracy:
+    """Test accuracy of one model on one metric: MAPE and within-10 % in %."""
+
+    mape: Union[float, None]
+    within_10: Union[float, None]
+    count: int
+    spearman: Union[float, None]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    command: Union[str, None]
+    notes: dict[str, Any]
+
+
+#: kind -> the dataclass of its section (stored under the kind's name).
+KIND_SECTIONS: dict[str, type] = {"seernet": SeerNetSection}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: str
+    schema_version: int
+    kind: str
+    device: Device
+    feature_version: str
+    columns: Columns
+    op_vocabulary: tuple[str, ...]
+    metrics: tuple[Metric, ...]
+    training_data: Union[TrainingData, None]
+    accuracy: dict[str, dict[str, dict[str, MetricAccuracy]]]
+    created: str
+    provenance: Provenance
+    mig_gpu: Union[str, None]
+    section: Any  # the KIND_SECTIONS[kind] instance, stored under the kind's name
+
+    @property
+    def seernet(self) -> SeerNetSection:
+        if not isinstance(self.section, SeerNetSection):
+            raise ManifestError(f"predictor {self.device.name!r} is of kind {self.kind!r}, "
+                                "not a seernet predictor")
+        return self.section
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [m.name for m in self.metrics]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (``global_`` written as ``global``)."""
+        doc = {f.name: _dump(getattr(self, f.name)) for f in dataclasses.fields(self)
+               if f.name != "section"}
+        doc[self.kind] = _dump(self.section)
+        return doc
+
+
+# ------------------------------------------------------------------ reading
+def _key(name: str) -> str:
+    return name.rstrip("_")
+
+
+def _dump(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {_key(f.name): _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+def _parse(tp: Any, value: Any, where: str) -> Any:
+    """``value`` (JSON) as type ``tp``; ManifestError naming ``where`` if it is not."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        errors = []
+        for arm in typing.get_args(tp):
+            if arm is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _parse(arm, value, where)
+            except ManifestError as exc:
+                errors.append(str(exc))
+        raise ManifestError(errors[0] if len(errors) == 1 else
+                            f"{where}: {value!r:.60} is none of the allowed types")
+    if dataclasses.is_dataclass(tp):
+        return _parse_fields(tp, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ManifestError(f"{where}: expected a list, got {type(value).__name__}")
+        (arm, _) = typing.get_args(tp)
+        return tuple(_parse(arm, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where}: expected an object, got {type(value).__name__}")
+        _, arm = typing.get_args(tp)
+        return {str(k): _parse(arm, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ManifestError(f"{where}: expected a number, got {value!r:.60}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ManifestError(f"{where}: expected an integer, got {value!r:.60}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise ManifestError(f"{where}: expected {tp.__name__}, got {value!r:.60}")
+        return value
+    raise TypeError(f"manifest schema: unsupported type {tp!r} at {where}")  # a schema bug
+
+
+def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
+                  allow: Sequence[str] = ()) -> dict[str, Any] | Any:
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{where or 'manifest'}: expected an object, got {type(doc).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    prefix = f"{where}." if where else ""
+    for f in fields:
+        if _key(f) not in doc:
+            raise ManifestError(f"manifest field {prefix}{_key(f)} is missing")
+    unknown = sorted(set(doc) - {_key(f) for f in fields} - set(allow))
+    if unknown:
+        raise ManifestError(f"manifest field {prefix}{unknown[0]} is not in schema version "
+                            f"{SCHEMA_VERSION}")
+    values = {f: _parse(hints[f], doc[_key(f)], f"{prefix}{_key(f)}") for f in fields}
+    return values if skip else cls(**values)
+
+
+def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
+    """A :class:`Manifest` from its JSON document, strictly (see module doc).
+
+    Raises:
+        ManifestError: another format or version, a missing or unknown field,
+            a value of the wrong type, or a section that does not fit.
+    """
+    if not isinstance(doc, dict):
+        raise ManifestError(f"manifest: expected an object, got {type(doc).__name__}")
+    fmt = doc.get("format")
+    if fmt != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
+        raise ManifestError(
+            f"manifest format {fmt!r} version {doc.get('schema_version')!r}: this perfseer-rt "
+            f"reads {FORMAT!r} version {SCHEMA_VERSION} (an older manifest is upgraded by "
+            "`python -m training.seernet.migrate_manifest PATH`)")
+    kind = doc.get("kind")
+    if kind not in KIND_SECTIONS:
+        raise ManifestError(f"manifest field kind: unknown kind {kind!r}; this perfseer-rt "
+                            f"knows {', '.join(sorted(KIND_SECTIONS))}")
+    values = _parse_fields(Manifest, doc, "", skip=("section",), allow=(kind,))
+    if kind not in doc:
+        raise ManifestError(f"manifest field {kind} (the section of kind {kind!r}) is missing")
+    section = _parse_fields(KIND_SECTIONS[kind], doc[kind], kind)
+    manifest = Manifest(**values, section=section)
+    _check(manifest)
+    return manifest
+
+
+def _check(m: Manifest) -> None:
+    """Cross-field rules the types cannot say."""
+    if isinstance(m.section, SeerNetSection):
+        names = [e.name for e in m.section.models]
+        if m.section.default_model not in names:
+            raise ManifestError(f"manifest field seernet.default_model: {m.section.default_model!r} "
+                                f"is not one of the models {names}")
+        for i, e in enumerate(m.section.models):
+            if list(e.outputs) != m.metric_names:
+                raise ManifestError(f"manifest field seernet.models[{i}].outputs: {list(e.outputs)} "
+                                    f"differ from metrics {m.metric_names}")
+            if tuple(e.input_order) != INPUT_NAMES:
+                raise ManifestError(f"manifest field seernet.models[{i}].input_order: "
+                                    f"{list(e.input_order)}, expected {list(INPUT_NAMES)}")
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """Read and parse ``manifest.json`` (errors name the file and the field)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the manifest ({exc})") from None
+    try:
+        return parse_manifest(doc)
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``perfseer-rt-predictor/1`` document as schema version 2 (same predictions:
+    the ONNX files, normalisation and thread settings are carried over as they are)."""
+    if doc.get("format") != "perfseer-rt-predictor/1":
+        raise ManifestError(f"manifest format {doc.get('format')!r} is not version 1")
+    known_td = ("configurations", "architectures", "families", "batch_sizes", "nodes",
+                "flops_total", "metrics")
+    td = doc.get("training_data")
+    training_data = None if td is None else {
+        **{k: td.get(k) or None for k in ("nodes", "flops_total")},
+        **{k: td[k] for k in known_td if k not in ("nodes", "flops_total")},
+        "metrics": {m: {"count": s.get("count", 0), "min": s.get("min"),
+                        "median": s.get("median"), "max": s.get("max")}
+                    for m, s in td["metrics"].items()},
+        "notes": {k: v for k, v in td.items() if k not in known_td}}
+    accuracy = {split: {model: {metric: {k: acc.get(k) for k in ("mape", "within_10", "spearman")}
+                                | {"count": int(acc.get("count") or 0)}
+                                for metric, acc in per_model.items() if isinstance(acc, dict)}
+                        for model, per_model in per_split.items()}
+                for split, per_split in (doc.get("accuracy") or {}).items()}
+    report = dict(doc.get("report") or {})
+    models = [{**{k: v for k, v in e.items() if k != "kind"}, "architecture": e.get("kind", "SeerNet")}
+              for e in doc["models"]]
+    return {
+        "format": FORMAT, "schema_version": SCHEMA_VERSION, "kind": "seernet",
+        "device": doc["device"], "feature_version": doc["feature_version"],
+        "columns": doc["columns"], "op_vocabulary": doc["op_vocabulary"],
+        "metrics": doc["metrics"], "training_data": training_data, "accuracy": accuracy,
+        "created": doc["created"],
+        "provenance": {"command": report.pop("command", None), "notes": report},
+        "mig_gpu": doc.get("mig_gpu"),
+        "seernet": {"models": models, "default_model": doc["default_model"],
+                    "normalization": doc["normalization"],
+                    "normalization_baked_in": doc["normalization_baked_in"],
+                    "session": doc["session"]},
+    }
+
+
+# ------------------------------------------------------- predictor inputs
+def concat_graphs(xs: Sequence[np.ndarray], edge_indices: Sequence[np.ndarray],
+                  edge_attrs: Sequence[np.ndarray], us: Sequence[np.ndarray],
+                  dtype: Any = np.float32) -> dict[str, np.ndarray]:
+    """Many graphs as one disjoint graph: the ONNX predictor's inputs.
+
+    Returns ``x [N, Fn]``, ``edge_index int64[2, E]`` (local node ids shifted
+    by each graph's node offset), ``edge_attr [E, Fe]``, ``u [G, Fg]`` and
+    ``node_batch int64[N]`` (graph id of every node). Every graph needs at
+    least one node (a graph without nodes has no max/softmax readout).
+
+    Raises:
+        GraphInputError: no graphs, or a graph without nodes.
+    """
+    counts = np.array([len(x) for x in xs], dtype=np.int64)
+    if len(counts) == 0:
+        raise GraphInputError("concat_graphs: no graphs given")
+    if (counts == 0).any():
+        bad = int(np.flatnonzero(counts == 0)[0])
+        raise GraphInputError(f"concat_graphs: graph {bad} has no nodes; every graph needs >= 1 node")
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return {  # one pass each: concatenate straight into the predictor's dtypes
+        "x": np.concatenate(xs, dtype=dtype, casting="same_kind"),
+        "edge_index": np.concatenate([np.asarray(ei, dtype=np.int64).reshape(2, -1) + off
+                                      for ei, off in zip(edge_indices, offsets)], axis=1),
+        "edge_attr": np.concatenate(edge_attrs, dtype=dtype, casting="same_kind"),
+        "u": np.stack(us, dtype=dtype, casting="same_kind"),
+        "node_batch": np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+    }

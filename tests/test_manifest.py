@@ -1,0 +1,135 @@
+"""The predictor manifest: one typed, versioned schema, read strictly."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from perfseer_rt.predict.manifest import (KIND_SECTIONS, ManifestError, parse_manifest,
+                                          read_manifest)
+
+from perfseer_rt.predict.registry import PASS_THROUGH_KINDS
+
+ROOT = Path(__file__).parents[1]
+ALL_SHIPPED = sorted((ROOT / "exported_models").glob("*/manifest.json"))
+#: Those under the strict schema; the rest are pass-through kinds (gpu-prior).
+SHIPPED = [p for p in ALL_SHIPPED
+           if json.loads(p.read_text()).get("kind") not in PASS_THROUGH_KINDS]
+
+
+@pytest.fixture()
+def doc():
+    return json.loads((ROOT / "exported_models/cpu-amd-epyc-1t/manifest.json").read_text())
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.parent.name for p in SHIPPED])
+def test_shipped_manifests_parse_and_round_trip(path):
+    doc = json.loads(path.read_text())
+    m = read_manifest(path)
+    assert m.to_dict() == doc
+    assert m.kind == "seernet" and m.seernet.session.intra_op_num_threads == 1
+
+
+def test_every_shipped_manifest_is_typed_or_a_named_pass_through_kind():
+    from perfseer_rt.predict import registry
+
+    registry.predictors.cache_clear()
+    preds = registry.predictors()
+    assert len(preds) >= len(ALL_SHIPPED) and SHIPPED
+    for pred in preds.values():
+        if pred.kind in PASS_THROUGH_KINDS:
+            assert pred.schema is None
+        else:
+            assert pred.schema is not None and pred.schema.kind == pred.kind == "seernet"
+
+
+def test_an_unknown_kind_is_refused_not_passed_through(doc):
+    doc["kind"] = "gpu-prior2"
+    with pytest.raises(ManifestError, match="unknown kind 'gpu-prior2'"):
+        parse_manifest(doc)
+
+
+@pytest.mark.parametrize("where, field", [
+    ((), "created"), (("seernet",), "session"), (("seernet", "models", 1), "sha256"),
+    (("training_data",), "batch_sizes"), (("seernet", "normalization", "global"), "std"),
+    (("accuracy", "arch", "seernet", "latency_ms"), "count"),
+])
+def test_a_missing_field_is_named(doc, where, field):
+    node = doc
+    for k in where:
+        node = node[k]
+    del node[field]
+    name = ".".join(str(k) for k in where if not isinstance(k, int))
+    with pytest.raises(ManifestError, match="missing") as e:
+        parse_manifest(doc)
+    assert field in str(e.value) and name.split(".")[0] in str(e.value)
+
+
+def test_unknown_fields_are_errors_not_ignored(doc):
+    bad = copy.deepcopy(doc)
+    bad["seernet"]["models"][0]["threads"] = 4
+    with pytest.raises(ManifestError, match=r"seernet\.models\[0\]\.threads is not in schema"):
+        parse_manifest(bad)
+    bad = copy.deepcopy(doc)
+    bad["extra"] = 1
+    with pytest.raises(ManifestError, match="field extra is not in schema"):
+        parse_manifest(bad)
+
+
+def test_wrong_types_versions_and_kinds(doc):
+    bad = copy.deepcopy(doc)
+    bad["seernet"]["session"]["intra_op_num_threads"] = "1"
+    with pytest.raises(ManifestError, match="session.intra_op_num_threads: expected an integer"):
+        parse_manifest(bad)
+    bad = copy.deepcopy(doc)
+    bad["schema_version"] = 1
+    with pytest.raises(ManifestError, match="migrate_manifest"):
+        parse_manifest(bad)
+    bad = copy.deepcopy(doc)
+    bad["kind"] = "gpu-prior"
+    with pytest.raises(ManifestError, match="unknown kind 'gpu-prior'"):
+        parse_manifest(bad)
+    bad = copy.deepcopy(doc)
+    bad["seernet"]["default_model"] = "nope"
+    with pytest.raises(ManifestError, match="default_model: 'nope' is not one of the models"):
+        parse_manifest(bad)
+
+
+def test_a_new_kind_carries_its_own_section(doc, monkeypatch):
+    """Another kind (e.g. a GPU prior) registers its section; the common part stays."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Prior:
+        table: str
+
+    monkeypatch.setitem(KIND_SECTIONS, "gpu-prior", Prior)
+    new = {k: v for k, v in doc.items() if k != "seernet"}
+    new.update(kind="gpu-prior", **{"gpu-prior": {"table": "roofline.json"}})
+    m = parse_manifest(new)
+    assert m.section == Prior("roofline.json") and m.to_dict() == new
+    with pytest.raises(ManifestError, match="kind 'gpu-prior', not a seernet"):
+        m.seernet
+    new["seernet"] = doc["seernet"]
+    with pytest.raises(ManifestError, match="field seernet is not in schema"):
+        parse_manifest(new)
+
+
+def test_registry_refuses_a_bad_manifest(tmp_path, monkeypatch, doc):
+    from perfseer_rt.predict import registry
+
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    del doc["seernet"]["normalization_baked_in"]
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(registry, "models_root", lambda: tmp_path)
+    registry.predictors.cache_clear()
+    try:
+        with pytest.raises(ManifestError, match=r"manifest.json: manifest field "
+                                                r"seernet.normalization_baked_in is missing"):
+            registry.predictors()
+    finally:
+        registry.predictors.cache_clear()

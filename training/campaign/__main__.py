@@ -1,0 +1,5 @@
+import sys
+
+from training.campaign.cli import main
+
+sys.exit(main())
