@@ -27,7 +27,10 @@ STUB = ["--zoo", "tests.stub_zoo", "--batches", "1,2,4", "--batches-per-arch", "
 @pytest.fixture(autouse=True)
 def restore_zoo_env(monkeypatch):
     """``--zoo`` sets PERFSEER_CAMPAIGN_ZOO in this process; undo it after each test."""
-    monkeypatch.delenv(ZOO_ENV, raising=False)
+    # setenv first: it records the variable's absence, so teardown removes what
+    # the CLI sets (a bare delenv of an unset variable records nothing)
+    monkeypatch.setenv(ZOO_ENV, "")
+    monkeypatch.delenv(ZOO_ENV)
 
 
 def main_records(out):
