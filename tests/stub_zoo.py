@@ -1,4 +1,5 @@
-"""A stand-in zoo for campaign tests: MLPs ``mlp``/``wide``, and ``broken`` (export fails)."""
+"""A stand-in zoo for campaign tests: MLPs ``mlp``/``wide``, ``broken`` (export fails) and
+``crash`` (the export process dies)."""
 import hashlib
 import json
 
@@ -6,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FAMILIES = ("mlp", "wide", "broken")
+FAMILIES = ("mlp", "wide", "broken", "crash")
 
 
 class ModelConfig:
@@ -65,6 +66,9 @@ def to_spec(cfg):
 def export_onnx(cfg, path, batch=None):
     if cfg.family == "broken":
         raise RuntimeError("this family cannot be exported")
+    if cfg.family == "crash":
+        import os
+        os._exit(3)  # as a segfault or the OOM killer would end the export process
     w, d = cfg.params["width"], cfg.params["depth"]
     nodes, inits, x = [], [], "x"
     for i in range(d):

@@ -122,3 +122,26 @@ def test_time_budget_stops_cleanly(tmp_path):
     # the item running at the limit finishes, nothing starts after it (unbounded: >= 5 s)
     assert elapsed < 3.0
     assert json.loads((out / "campaign.json").read_text())["state"] == "stopped"
+
+
+def test_an_export_process_that_dies_costs_one_record_not_the_campaign(stub_zoo):
+    """A crash inside the exporter kills the export process (seen on a real
+    campaign: BrokenProcessPool ended it). The item is tried once more in a
+    fresh process, then recorded as an export error; the next item exports."""
+    from training.campaign.plan import Item
+    from training.campaign.targets import TargetSpec
+    from training.campaign.worker import DeviceWorker
+
+    def item(family):
+        cfg = {"family": family, "params": {"width": 8, "depth": 1}}
+        return Item(config=cfg, arch_id=family * 2, family=family, spec=None, group=family,
+                    batches=(1,))
+
+    worker = DeviceWorker(TargetSpec("cpu-inference", {}), zoo="tests.stub_zoo")
+    try:
+        with pytest.raises(RuntimeError, match="died twice"):
+            worker._export(item("crash"))
+        worker.prefetch(item("crash"))  # dies in the background ...
+        assert worker._export(item("mlp")).endswith(".onnx")  # ... and costs nothing here
+    finally:
+        worker.close()

@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -68,22 +69,48 @@ class DeviceWorker:
         self.spec, self.noisy_cv, self.zoo = spec, noisy_cv, zoo
         self.target = Target(spec, device_id)
         self.tmp = Path(tempfile.mkdtemp(prefix="psrt-campaign-"))
-        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=export_worker_init)
+        self._pool = self._new_pool()
         self._exports: dict[str, Future] = {}
         self._keep: set[str] = set()
 
     # ------------------------------------------------------------ exports
+    @staticmethod
+    def _new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=export_worker_init)
+
+    def _restart_pool(self) -> None:
+        """A fresh export process; exports queued in the dead one are forgotten."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        self._exports.clear()
+
     def prefetch(self, item: Item | None) -> None:
         """Start exporting ``item`` (the next one) while this one is measured."""
         if item is not None and item.arch_id not in self._exports:
             path = str(self.tmp / f"{item.arch_id}.onnx")
-            self._exports[item.arch_id] = self._pool.submit(
-                export_case, json.dumps(item.config), path, self.zoo)
+            args = (export_case, json.dumps(item.config), path, self.zoo)
+            try:
+                self._exports[item.arch_id] = self._pool.submit(*args)
+            except BrokenProcessPool:  # an earlier export killed the process
+                self._restart_pool()
+                self._exports[item.arch_id] = self._pool.submit(*args)
 
     def _export(self, item: Item) -> str:
         self.prefetch(item)
-        return self._exports[item.arch_id].result()["path"]
+        try:
+            return self._exports[item.arch_id].result()["path"]
+        except BrokenProcessPool:
+            # the export process died (a crash in the exporter, or the OS killed it):
+            # try this item once more in a fresh process; dying again is its own
+            # export error, recorded by the caller, and the campaign goes on
+            self._restart_pool()
+            self.prefetch(item)
+            try:
+                return self._exports[item.arch_id].result()["path"]
+            except BrokenProcessPool:
+                self._restart_pool()
+                raise RuntimeError("the export process died twice on this architecture") from None
 
     def _drop_export(self, arch_id: str) -> None:
         self._exports.pop(arch_id, None)
