@@ -7,16 +7,16 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import venv
 from pathlib import Path
 
 import pytest
 
 httpx = pytest.importorskip("httpx")
+
+from tests.live_server import free_port, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # a fresh venv install: ~1 min
@@ -52,12 +52,6 @@ def test_recipe_shape(name):
     flavour = "cpu" if name.endswith("cpu") else "cuda"
     assert f"RUN sh docker/install.sh {flavour} /src && rm -rf /src" in \
         [f"{w} {r}" for w, r in d]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dir_mib(path: Path) -> float:
@@ -108,16 +102,7 @@ def test_cpu_image_steps_in_a_fresh_venv(tmp_path):
                                 cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+        wait_healthy(url, proc, log)
         hc = re.search(r"CMD (\[.*\])", dict(d)["HEALTHCHECK"]).group(1)
         cmd = json.loads(hc)
         assert subprocess.run([str(bindir / cmd[0]), *cmd[1:]], env=run_env,

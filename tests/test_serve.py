@@ -2,7 +2,6 @@
 subprocess on 127.0.0.1 (a free port), spoken to with httpx."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,17 +12,13 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
+from tests.live_server import free_port, wait_healthy  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "resnet18.onnx"
 UPLOAD_LIMIT_MB = 8
 
 pytestmark = pytest.mark.slow  # a server start (~5 s on this machine)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +39,7 @@ def server(tmp_path_factory):
          str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, log_path.read_text()
-        assert time.monotonic() < deadline, "server did not start in 60 s"
-        time.sleep(0.2)
+    wait_healthy(url, proc, log_path)
     yield {"url": url, "log": log_path, "proc": proc, "models": models}
     proc.terminate()
     proc.wait(timeout=20)
@@ -159,15 +145,8 @@ def start(args, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "perfseer_rt.cli", "serve", "--port",
                              str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, url, log
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_healthy(url, proc, tmp_path / "server.log")
+    return proc, url, log
 
 
 def test_request_time_limit_is_504(tmp_path):
