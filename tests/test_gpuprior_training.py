@@ -1,9 +1,9 @@
 """training/gpuprior on NeuSight's real kernel rows: loader, baselines, one
 leave-one-GPU-out fold, and the ONNX export the runtime relies on."""
 
-import numpy as np
 import os
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
