@@ -159,7 +159,7 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     base_pred = get_predictor(base)
     values = run_predictor(base_pred, graphs)
     corrections = {}
-    for j, metric in enumerate(base_pred.metrics):
+    for j, metric in enumerate(base_pred.outputs):
         pairs = [(values[i, j], r[metric]) for i, r in enumerate(rows)
                  if r.get(metric) is not None and np.isfinite(r[metric]) and r[metric] > 0]
         if len(pairs) >= 3:
@@ -176,6 +176,8 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
 def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dict | str | None, how: str,
               rows: Sequence[dict]) -> dict:
     doc = {k: v for k, v in base_pred.manifest.items() if k not in ("accuracy", "report")}
+    if isinstance(doc.get("seernet"), dict):  # the base's intervals do not hold for another device
+        doc["seernet"] = {**doc["seernet"], "uncertainty": None}
     model = base_pred.default_model
     doc["device"] = {"name": name, "description": env or f"calibrated from {base_pred.device}",
                      "base": base_pred.device}

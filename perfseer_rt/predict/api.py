@@ -17,8 +17,8 @@ import numpy as np
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import explain, local_cpu, mig
-from perfseer_rt.predict.manifest import concat_graphs
+from perfseer_rt.predict import explain, local_cpu, mig, uncertainty
+from perfseer_rt.predict.manifest import MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 
@@ -67,7 +67,7 @@ def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | Non
     onnxruntime call."""
     sess = _session(str(pred.model_file(model)), pred.threads)
     parts = [sess.run(None, concat(part))[0] for part in chunks(graphs, chunk_nodes)]
-    return np.concatenate(parts) if parts else np.zeros((0, len(pred.metrics)), np.float32)
+    return np.concatenate(parts) if parts else np.zeros((0, len(pred.outputs)), np.float32)
 
 
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
@@ -88,6 +88,40 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     if graph.unknown_ops:
         warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
     return warnings
+
+
+def _add_intervals(result: dict, unc: Uncertainty, distance: float) -> None:
+    """Intervals on each metric, and a warning when the graph lies beyond the
+    calibrated distance threshold (:mod:`perfseer_rt.predict.uncertainty`)."""
+    for name, m in result["metrics"].items():
+        iv = uncertainty.interval(unc, name, distance)
+        if iv is not None:
+            m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
+    result["distance"] = {"score": distance, "threshold": unc.threshold}
+    if distance > unc.threshold:
+        result["warnings"].append(
+            f"far from the training data (distance score {distance:.2f} > {unc.threshold:.2f}): "
+            "on held-out models this far out, errors above 25 % were common; the intervals "
+            "are the wider ones calibrated for such models")
+
+
+def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float]) -> dict:
+    """The peak-memory prediction as parts (MiB): the weights (exact, from the
+    graph: each initializer once), the predicted peak while the session is
+    created and while it runs, which of them is the peak, and the runtime's
+    own baseline that the peak does not include."""
+    load, run = out[mem.load], out[mem.run]
+    weights = float(graph.globals["weight_total"]) / 2**20
+    return {"weights_mb": weights,
+            "session_load_peak_mb": load, "load_overhead_mb": max(load - weights, 0.0),
+            "inference_run_peak_mb": run, "run_overhead_mb": max(run - weights, 0.0),
+            "peak_phase": "session creation" if load >= run else "inference",
+            "combine": mem.combine,
+            "runtime_baseline_mb": mem.baseline_mb,
+            "note": "peak = max(session creation, inference) over the process baseline after "
+                    "importing onnxruntime; the baseline (runtime_baseline_mb) is not included; "
+                    "overheads are the phase peaks less the weights (prepacked copies, "
+                    "activation arena)"}
 
 
 def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
@@ -147,14 +181,18 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
     if not graphs:
         return []
     values = run_predictor(pred, graphs, model)
-    for j, name in enumerate(pred.metrics):  # a calibrated entry corrects its base predictor
+    for j, name in enumerate(pred.outputs):  # a calibrated entry corrects its base predictor
         if name in pred.corrections:
             values[:, j] = pred.corrections[name].apply(values[:, j])
     cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
+    unc = pred.uncertainty
+    distance = uncertainty.scores(unc, pred.folder, graphs) if unc is not None else None
     results = []
-    for source, graph, row in zip(models, graphs, values):
-        out = dict(zip(pred.metrics, (float(v) for v in row)))
+    for i, (source, graph, row) in enumerate(zip(models, graphs, values)):
+        out = dict(zip(pred.outputs, (float(v) for v in row)))
+        if pred.memory is not None and pred.memory.combine == "max":
+            out[pred.memory.peak] = max(out[pred.memory.load], out[pred.memory.run])
         result = {
             "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
             "device": pred.device,
@@ -163,6 +201,10 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             "mig": None,
             "warnings": out_of_distribution(pred, graph) + ([cpu_warning] if cpu_warning else []),
         }
+        if distance is not None:
+            _add_intervals(result, unc, float(distance[i]))
+        if pred.memory is not None and pred.memory.peak in wanted:
+            result["metrics"][pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))

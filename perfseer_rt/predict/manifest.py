@@ -6,7 +6,8 @@ and the predictor's inputs.
 unknown field is a :class:`ManifestError` naming it (``models[1].sha256``),
 never a default. Fields that may be empty are written explicitly as ``null``.
 
-Layout (``schema_version`` 2)::
+Layout (``schema_version`` 3; a version-2 document is read as version 3
+with ``seernet.uncertainty`` and ``seernet.memory`` null, :func:`upgrade_v2`)::
 
     format, schema_version, kind        "perfseer-rt-predictor", 2, "seernet"
     device        {name, description}   description: words or an environment block
@@ -53,7 +54,7 @@ import numpy as np
 from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
 OUTPUT_NAMES = ("y",)
@@ -143,6 +144,64 @@ class Session:
 
 
 @dataclass(frozen=True)
+class IntervalBin:
+    """Quantiles of ``log(measured / predicted)`` for graphs whose distance
+    score is at most ``max_score`` (null: any score), from ``count``
+    calibration residuals."""
+
+    max_score: Union[float, None]
+    lo: float
+    hi: float
+    count: int
+
+
+@dataclass(frozen=True)
+class MetricInterval:
+    """Conformal interval of one metric: holds ``coverage`` of measurements."""
+
+    coverage: float
+    bins: tuple[IntervalBin, ...]
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Distance score, out-of-distribution threshold and intervals
+    (:mod:`perfseer_rt.predict.uncertainty`). ``reference_file`` holds the
+    training graphs' features in score space (``float32[N, len(features)]``,
+    ``.npy``); ``calibration`` says on what it was calibrated and how the
+    intervals and the warning did on held-out data."""
+
+    k: int
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    reference_file: str
+    reference_sha256: str
+    threshold: float
+    intervals: dict[str, MetricInterval]
+    calibration: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MemoryParts:
+    """How the peak-memory output splits into parts the user can read.
+
+    ``load`` and ``run`` are outputs (metrics) of the model: the peak while the
+    session is created and while it runs, over the same baseline as ``peak``.
+    ``combine`` is ``"max"`` (``peak`` = the larger phase) or ``"direct"`` (the
+    ``peak`` output, the phases shown beside it). ``baseline_mb`` is the
+    measured process memory of the runtime before the model is loaded, which
+    ``peak`` does not include (``baseline`` says how it was measured)."""
+
+    peak: str
+    load: str
+    run: str
+    combine: str
+    baseline_mb: Union[float, None]
+    baseline: str
+
+
+@dataclass(frozen=True)
 class SeerNetSection:
     """Kind ``"seernet"``: GNN predictors in ONNX (normalisation baked in)."""
 
@@ -151,6 +210,8 @@ class SeerNetSection:
     normalization: Normalization
     normalization_baked_in: bool
     session: Session
+    uncertainty: Union[Uncertainty, None]
+    memory: Union[MemoryParts, None]
 
 
 @dataclass(frozen=True)
@@ -324,6 +385,8 @@ def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
     """
     if not isinstance(doc, dict):
         raise ManifestError(f"manifest: expected an object, got {type(doc).__name__}")
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
+        doc = upgrade_v2(doc)
     fmt = doc.get("format")
     if fmt != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
         raise ManifestError(
@@ -357,6 +420,27 @@ def _check(m: Manifest) -> None:
             if tuple(e.input_order) != INPUT_NAMES:
                 raise ManifestError(f"manifest field seernet.models[{i}].input_order: "
                                     f"{list(e.input_order)}, expected {list(INPUT_NAMES)}")
+        mem = m.section.memory
+        if mem is not None:
+            for part in ("peak", "load", "run"):
+                if getattr(mem, part) not in m.metric_names:
+                    raise ManifestError(f"manifest field seernet.memory.{part}: "
+                                        f"{getattr(mem, part)!r} is not one of the metrics")
+            if mem.combine not in ("max", "direct"):
+                raise ManifestError(f"manifest field seernet.memory.combine: {mem.combine!r}, "
+                                    "expected 'max' or 'direct'")
+        unc = m.section.uncertainty
+        if unc is not None:
+            if not len(unc.features) == len(unc.mean) == len(unc.std):
+                raise ManifestError("manifest field seernet.uncertainty.mean/std: lengths differ "
+                                    "from features")
+            for name, iv in unc.intervals.items():
+                if name not in m.metric_names:
+                    raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}: "
+                                        "not one of the metrics")
+                if not iv.bins or iv.bins[-1].max_score is not None:
+                    raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.bins: "
+                                        "the last bin must take any score (max_score null)")
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
@@ -369,6 +453,21 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         return parse_manifest(doc)
     except ManifestError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def upgrade_v2(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema-version-2 document as version 3: the same predictor, without
+    intervals or memory parts (``seernet.uncertainty`` and ``seernet.memory``
+    null)."""
+    out = {**doc, "schema_version": SCHEMA_VERSION}
+    if isinstance(doc.get("seernet"), dict):
+        section = dict(doc["seernet"])
+        for name in ("uncertainty", "memory"):
+            if name in section:
+                raise ManifestError(f"manifest field seernet.{name} is not in schema version 2")
+            section[name] = None
+        out["seernet"] = section
+    return out
 
 
 def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -405,7 +504,7 @@ def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
         "seernet": {"models": models, "default_model": doc["default_model"],
                     "normalization": doc["normalization"],
                     "normalization_baked_in": doc["normalization_baked_in"],
-                    "session": doc["session"]},
+                    "session": doc["session"], "uncertainty": None, "memory": None},
     }
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
-from perfseer_rt.predict.manifest import Manifest, ManifestError, parse_manifest
+from perfseer_rt.predict.manifest import (Manifest, ManifestError, MemoryParts, Uncertainty,
+                                          parse_manifest)
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -53,8 +54,27 @@ class Predictor:
         return self.manifest.get("seernet") or self.manifest
 
     @property
-    def metrics(self) -> list[str]:
+    def outputs(self) -> list[str]:
+        """The model's output columns, in order (metrics and memory phases)."""
         return [m["name"] for m in self.manifest["metrics"]]
+
+    @property
+    def metrics(self) -> list[str]:
+        """The metrics a user asks for: the outputs less the memory phases,
+        which are reported as parts of the peak (:attr:`memory`)."""
+        mem = self.memory
+        phases = {mem.load, mem.run} if mem is not None else set()
+        return [m for m in self.outputs if m not in phases]
+
+    @property
+    def memory(self) -> MemoryParts | None:
+        """How peak memory splits into parts (typed manifests only)."""
+        return self.schema.seernet.memory if self.schema is not None else None
+
+    @property
+    def uncertainty(self) -> Uncertainty | None:
+        """Distance score and intervals (typed manifests only)."""
+        return self.schema.seernet.uncertainty if self.schema is not None else None
 
     def unit(self, metric: str) -> str:
         return next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric)

@@ -22,10 +22,10 @@ HELD_OUT_FAMILIES: frozenset[str] = frozenset({"densenet", "gpt"})
 
 
 #: Published architecture groups (timm modules, HF model types) held out by
-#: :func:`split_real`: two CNN families, a CNN/attention hybrid, a decoder
-#: and an encoder.
-HELD_OUT_REAL_GROUPS: frozenset[str] = frozenset({"convnext", "regnet", "mobilevit", "opt",
-                                                   "electra"})
+#: :func:`split_real`: three CNN families, a CNN/attention hybrid, a
+#: pyramid vision transformer, a decoder and two encoders.
+HELD_OUT_REAL_GROUPS: frozenset[str] = frozenset({"convnext", "regnet", "mobilevit", "ghostnet",
+                                                   "pvt_v2", "opt", "electra", "roberta"})
 #: The zoo families whose architectures are published ones.
 REAL_FAMILIES: frozenset[str] = frozenset({"timm", "hf"})
 

@@ -48,9 +48,21 @@ import numpy as np
 
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.dataset.splits import split_real
 from training.seernet.sample import GraphSample
 
 SPLITS = ("train", "val", "test")
+SCHEMES = ("arch", "family", "real")
+
+#: Memory phases a CPU inference record may carry in ``quality`` (MiB over the
+#: same baseline as ``peak_mem_mb``, which is their maximum): the peak while
+#: the session is created (weights read, prepacked copies made) and the peak
+#: while it runs (weights resident + activation arena). Lifted into the
+#: sample's targets so a predictor can learn each part.
+PHASE_METRICS = ("load_peak_mb", "run_peak_mb")
+
+#: ``env`` keys that name a CPU model; records of one device must agree on them.
+CPU_KEYS = ("cpu_vendor", "cpu_family", "cpu_model_id")
 
 
 class DatasetError(ValueError):
@@ -150,6 +162,7 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
     for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
         graphs.update(read_graph_shard(shard))
+    _refuse_mixed(groups)
     samples = []
     for (dev, key), rs in groups.items():
         r = rs[0]
@@ -159,7 +172,10 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
         x, ei, ea, u = graphs[key]
         values: dict[str, list[float]] = {}
         for rec in rs:
-            for m, v in (rec.get("metrics") or {}).items():
+            quality = rec.get("quality") or {}
+            found = dict(rec.get("metrics") or {})
+            found.update({m: quality[m] for m in PHASE_METRICS if m in quality})
+            for m, v in found.items():
                 if (wanted is None or m in wanted) and _positive(v):
                     values.setdefault(m, []).append(float(v))
         samples.append(GraphSample(
@@ -167,7 +183,8 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
             targets={m: float(np.median(v)) for m, v in values.items()},
             arch_id=str(r["arch_id"]), family=str(r.get("family", "")), batch=int(r.get("batch", 0)),
             split_arch=str(r.get("split_arch", "")), split_family=str(r.get("split_family", "")),
-            key=key, extra={"device": dev, "repeats": len(rs)}))
+            split_real=split_real(str(r["arch_id"]), str(r.get("family", "")), str(r.get("group") or "")),
+            key=key, extra={"device": dev, "repeats": len(rs), "group": str(r.get("group") or "")}))
     return samples
 
 
@@ -175,12 +192,12 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
 def split_samples(samples: Sequence[GraphSample], scheme: str = "arch") -> dict[str, list[GraphSample]]:
     """``{"train", "val", "test"} -> samples`` from the ``split_<scheme>`` field.
 
-    ``scheme`` is ``"arch"`` or ``"family"``. Without any ``"val"`` record,
-    the architectures whose ``arch_id`` hash falls in the first quarter move
-    from train to val.
+    ``scheme`` is ``"arch"``, ``"family"`` or ``"real"``. Without any
+    ``"val"`` record, the architectures whose ``arch_id`` hash falls in the
+    first quarter move from train to val.
     """
-    if scheme not in ("arch", "family"):
-        raise ValueError(f"unknown split scheme {scheme!r}; use 'arch' or 'family'")
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown split scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
     field = f"split_{scheme}"
     out: dict[str, list[GraphSample]] = {s: [] for s in SPLITS}
     for s in samples:
@@ -229,6 +246,32 @@ def dataset_summary(samples: Sequence[GraphSample], metrics: Sequence[str]) -> d
                                   "median": float(np.median(vals)), "max": float(vals.max())}
                                  if len(vals) else {"count": 0})
     return summary
+
+
+def _refuse_mixed(groups: dict[tuple[str, str], list[dict]]) -> None:
+    """One memory method and one CPU model per device, or :class:`DatasetError`.
+
+    A predictor learns what its labels measured: records of another peak-memory
+    method (``quality.peak_mem_method``) or another CPU model (``env``
+    vendor/family/model id) would teach it a different quantity. Records that
+    do not state a field are not compared on it.
+    """
+    seen: dict[tuple[str, str], tuple[object, str]] = {}
+    for (dev, key), rs in groups.items():
+        for r in rs:
+            env, quality = r.get("env") or {}, r.get("quality") or {}
+            cpu = tuple(env.get(k) for k in CPU_KEYS)
+            checks = {"peak_mem_method": quality.get("peak_mem_method")
+                      if "peak_mem_mb" in (r.get("metrics") or {}) else None,
+                      "cpu": cpu if all(v is not None for v in cpu) else None}
+            for what, value in checks.items():
+                if value is None:
+                    continue
+                first = seen.setdefault((dev, what), (value, key))
+                if first[0] != value:
+                    raise DatasetError(
+                        f"device {dev!r} mixes {what} {first[0]!r} (record {first[1]!r}) with "
+                        f"{value!r} (record {key!r}); keep each in its own dataset/device")
 
 
 def _positive(v) -> bool:

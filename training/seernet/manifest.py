@@ -66,7 +66,8 @@ def _accuracy(accuracy: dict) -> dict:
 def write_manifest(path: str | os.PathLike, *, device: str, description: str | dict,
                    metrics: Sequence[str], normalization: Normalization, models: list[dict],
                    training_data: dict | None, accuracy: dict, default_model: str | None = None,
-                   report: dict | None = None, mig_gpu: str | None = None) -> dict:
+                   report: dict | None = None, mig_gpu: str | None = None,
+                   uncertainty: dict | None = None, memory: dict | None = None) -> dict:
     """Write ``manifest.json`` (atomically, after a strict parse) and return its content.
 
     Args:
@@ -81,6 +82,10 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
         report: provenance; ``command`` is the command that made it, the rest
             lands in ``provenance.notes``.
         mig_gpu: the GPU's MIG profile table (``perfseer_rt.predict.mig``), if any.
+        uncertainty: the ``seernet.uncertainty`` section
+            (:func:`training.seernet.uncertainty.calibrate`), if calibrated.
+        memory: the ``seernet.memory`` section (peak-memory parts), if the
+            model predicts the memory phases.
     """
     report = dict(report or {})
     manifest: dict[str, Any] = {
@@ -102,6 +107,8 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
             "normalization": normalization.to_dict(),
             "normalization_baked_in": True,
             "session": {"intra_op_num_threads": INTRA_OP_THREADS},
+            "uncertainty": uncertainty,
+            "memory": memory,
         },
     }
     manifest = json.loads(json.dumps(manifest, default=_json_default))  # numpy -> JSON types

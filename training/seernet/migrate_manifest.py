@@ -15,17 +15,21 @@ import sys
 from typing import Sequence
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.predict.manifest import ManifestError, parse_manifest, upgrade_v1
+from perfseer_rt.predict.manifest import (FORMAT, ManifestError, parse_manifest, upgrade_v1,
+                                          upgrade_v2)
 
 
 def migrate(path: str) -> bool:
     """Upgrade one file; False when it already follows the current schema."""
     with open(path) as f:
         doc = json.load(f)
-    if doc.get("format") != "perfseer-rt-predictor/1":
+    if doc.get("format") == "perfseer-rt-predictor/1":
+        new = upgrade_v1(doc)
+    elif doc.get("format") == FORMAT and doc.get("schema_version") == 2:
+        new = upgrade_v2(doc)
+    else:
         parse_manifest(doc)  # current already: only check it
         return False
-    new = upgrade_v1(doc)
     parse_manifest(new)
     atomic_write_bytes(path, (json.dumps(new, indent=1) + "\n").encode())
     return True

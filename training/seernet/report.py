@@ -23,6 +23,8 @@ there (``seernet.onnx``: the per-metric SeerNets in one file;
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import shlex
 import sys
@@ -32,7 +34,10 @@ from typing import Sequence
 
 import numpy as np
 
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.predict import uncertainty as ru
 from training.seernet import data, models
+from training.seernet import uncertainty as unc
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.normalization import Normalization
 from training.seernet.train import (
@@ -45,6 +50,21 @@ from training.seernet.train import (
     set_seed,
     train_model,
 )
+
+
+#: The models that ship (exported to ONNX) and so get calibrated intervals.
+SHIPPABLE = ("seernet", "seernet_multi")
+#: The split whose models ship, in order of preference.
+SHIP_SCHEMES = ("real", "arch")
+#: File of the training graphs' distance features beside the exported model.
+OOD_REFERENCE = "ood_reference.npy"
+#: Neighbours behind the distance score.
+OOD_K = 5
+#: MAPE points (validation) by which the direct peak head must beat the
+#: larger-phase combination to ship instead of it.
+MAX_COMBINE_SLACK_PCT = 2.0
+#: Share of measurements the shipped intervals are meant to hold.
+COVERAGE = 0.9
 
 
 def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | None = None,
@@ -71,7 +91,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
         "data": data.dataset_summary(samples, metrics),
         "train_config": cfg.to_dict(), "joint_baselines": joint_baselines, "splits": {},
     }
-    shipped: dict = {}
+    runs: dict = {}
     for scheme in splits:
         if not data.has_split(samples, scheme):
             report["splits"][scheme] = {"skipped": f"records carry no usable split_{scheme} with a test part"}
@@ -81,14 +101,85 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                                            out / "checkpoints" / scheme if checkpoints else None, resume)
         report["splits"][scheme] = result
         _plots(out / "plots", scheme, parts["test"], metrics, result, trained)
-        if scheme == "arch":
-            shipped = {"norm": norm, "trained": trained}
+        runs[scheme] = {"norm": norm, "trained": trained, "parts": parts, "result": result}
+    # The shipped model: trained on the real-model split (it never saw the
+    # held-out published groups, so its report there is honest), else arch.
+    ship_scheme = next((s for s in SHIP_SCHEMES if s in runs and runs[s]["trained"].get("seernet")
+                        or s in runs and runs[s]["trained"].get("seernet_multi")), None)
+    shipped = runs.get(ship_scheme, {}) if ship_scheme else {}
+    if shipped:
+        shipped["scheme"] = ship_scheme
+        shipped["default"] = _default_model(report, shipped)
+        shipped.update(_calibrate(runs, ship_scheme, shipped["default"], metrics))
+        report["shipped"] = {k: shipped[k] for k in ("scheme", "default", "memory_combine", "uncertainty",
+                                                     "held_out") if k in shipped}
     report["summary_table"] = _summary(report, metrics)
     if export_dir is not None and shipped:
         report["export"] = _export(Path(export_dir), shipped, metrics, report, device, dataset)
     (out / "report.json").write_text(json.dumps(_strip(report), indent=1) + "\n")
     (out / "report.md").write_text(_markdown(report, metrics))
     return report
+
+
+# ------------------------------------------------------- shipped predictor
+def _truth(samples: Sequence, metrics: Sequence[str]) -> np.ndarray:
+    return np.array([[s.targets.get(m, np.nan) for m in metrics] for s in samples],
+                    dtype=np.float64).reshape(len(samples), len(metrics))
+
+
+def _default_model(report: dict, shipped: dict) -> str:
+    """The shipped model with the lowest mean MAPE on the architecture split's
+    test set (a split apart from the real-model check), else the first."""
+    names = [n for n in SHIPPABLE if shipped["trained"].get(n)]
+    arch = report["splits"].get("arch", {}).get("models", {})
+    return min(names, key=lambda n: arch.get(n, {}).get("mean_mape") or float("inf"))
+
+
+def _calibrate(runs: dict, scheme: str, default: str, metrics: list[str]) -> dict:
+    """Memory combination, distance score, intervals and the warning for the
+    shipped model (:mod:`training.seernet.uncertainty`), checked on the
+    shipped split's test set."""
+    sh = runs[scheme]
+    parts, res = sh["parts"], sh["result"]
+    val_true, val_pred = _truth(parts["val"], metrics), res["val_predictions"][default]
+    mode = "direct"
+    if all(m in metrics for m in ("peak_mem_mb", "load_peak_mb", "run_peak_mb")):
+        i = metrics.index("peak_mem_mb")
+        direct = score(val_pred[:, i], val_true[:, i])["mape"]
+        by_max = score(unc.combine_memory(val_pred, metrics, "max")[:, i], val_true[:, i])["mape"]
+        # "max" keeps the parts consistent with the peak (peak = the larger
+        # phase); the direct head ships only if clearly more accurate.
+        mode = "direct" if by_max is not None and direct is not None \
+            and direct < by_max - MAX_COMBINE_SLACK_PCT else "max"
+    train_raw = unc.raw_features(parts["train"])
+    mean, std = ru.fit_standardization(train_raw)
+
+    def pset(name: str, samples: Sequence, pred: np.ndarray, reference_raw: np.ndarray):
+        return unc.PredictionSet(name, _truth(samples, metrics), unc.combine_memory(pred, metrics, mode),
+                                 unc.scores_against(samples, reference_raw, mean, std, OOD_K),
+                                 np.array([s.batch for s in samples], dtype=np.int64))
+
+    sets = [pset(f"{scheme} split validation architectures", parts["val"], val_pred, train_raw)]
+    fam = runs.get("family")
+    if fam and default in fam["result"]["models"] and scheme != "family":
+        sets.append(pset("held-out families (family-split model)", fam["parts"]["test"],
+                         fam["result"]["models"][default]["predictions"],
+                         unc.raw_features(fam["parts"]["train"])))
+    section = unc.calibrate(sets, metrics, COVERAGE)
+    test = pset(f"{scheme} split test", parts["test"], res["models"][default]["predictions"], train_raw)
+    held_out = unc.evaluate(section, test, metrics)
+    held_out["split"] = scheme
+    held_out["accuracy"] = {m: {"all": score(test.pred[:, j], test.true[:, j]),
+                                "by_batch": {int(b): score(test.pred[test.batches == b, j],
+                                                           test.true[test.batches == b, j])
+                                             for b in sorted(set(test.batches.tolist()))}}
+                            for j, m in enumerate(metrics)}
+    section["calibration"]["held_out"] = {
+        "split": scheme, "coverage": {m: c["held"] for m, c in held_out["coverage"].items()},
+        "warning": held_out["warning"]}
+    return {"memory_combine": mode, "uncertainty": section, "held_out": held_out,
+            "reference": ru.standardize(train_raw, mean, std).astype(np.float32),
+            "ood_mean": mean, "ood_std": std}
 
 
 # ----------------------------------------------------------------- one split
@@ -98,10 +189,15 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     norm = Normalization.fit(parts["train"], train_metrics)
     ps = {k: prepare(v, norm, train_metrics) for k, v in parts.items()}
     test_true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in parts["test"]])
+    test_true = test_true.reshape(len(parts["test"]), len(metrics))
+    batches = np.array([s.batch for s in parts["test"]], dtype=np.int64)
+    result_val: dict[str, np.ndarray] = {}
     result: dict = {
         "sizes": {k: len(v) for k, v in parts.items()},
         "architectures": {k: len({s.arch_id for s in v}) for k, v in parts.items()},
         "test_families": sorted({s.family for s in parts["test"]}),
+        "test_groups": sorted({f"{s.family}/{s.extra.get('group')}" for s in parts["test"]
+                               if s.extra.get("group")}),
         "models": {},
     }
     trained: dict = {}
@@ -113,6 +209,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
             groups = [train_metrics] if (name in models.MULTI_METRIC or (joint and name != "seernet")) \
                 else [[m] for m in train_metrics]
             pred_z = np.full((len(ps["test"]), len(train_metrics)), np.nan)
+            val_z = np.full((len(ps["val"]), len(train_metrics)), np.nan)
             info, modules = {}, {}
             for group in groups:
                 tag = "+".join(group)
@@ -135,17 +232,22 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                                         history=res.history, run=info[tag])
                 cols = [train_metrics.index(m) for m in group]
                 pred_z[:, cols] = predict_z(model, ps["test"], cfg.eval_batch_size)
+                if name in SHIPPABLE and len(ps["val"]):
+                    val_z[:, cols] = predict_z(model, ps["val"], cfg.eval_batch_size)
                 modules[tag] = model
-        pred = np.full((len(ps["test"]), len(metrics)), np.nan)
-        if len(ps["test"]):
-            pred[:, [metrics.index(m) for m in train_metrics]] = norm.decode_targets(pred_z, train_metrics)
+        pred = _decode(norm, pred_z, train_metrics, metrics)
+        if name in SHIPPABLE:
+            result_val[name] = _decode(norm, val_z, train_metrics, metrics)
         scores = {m: score(pred[:, i], test_true[:, i]) for i, m in enumerate(metrics)}
+        by_batch = {m: {int(b): score(pred[batches == b, i], test_true[batches == b, i])
+                        for b in sorted(set(batches.tolist()))} for i, m in enumerate(metrics)}
         mapes = [s["mape"] for s in scores.values() if s["mape"] is not None]
         result["models"][name] = {
             "display": models.DISPLAY[name],
             "parameters": (sum(v["parameters"] for v in info.values()) if info else None),
             "train_seconds": time.perf_counter() - t0,
-            "metrics": scores, "mean_mape": float(np.mean(mapes)) if mapes else None,
+            "metrics": scores, "by_batch": by_batch,
+            "mean_mape": float(np.mean(mapes)) if mapes else None,
             "runs": info, "predictions": pred,
         }
         trained[name] = modules
@@ -153,7 +255,18 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
             shown = ", ".join(f"{m} {s['mape']:.2f}%" for m, s in scores.items() if s["mape"] is not None)
             print(f"[{scheme}] {models.DISPLAY[name]}: MAPE {shown} "
                   f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    result["val_predictions"] = result_val
     return result, trained, norm
+
+
+def _decode(norm: Normalization, pred_z: np.ndarray, train_metrics: list[str],
+            metrics: list[str]) -> np.ndarray:
+    """Standardized log predictions of ``train_metrics`` -> ``[G, len(metrics)]``
+    in metric units (NaN for a metric the split could not train)."""
+    pred = np.full((len(pred_z), len(metrics)), np.nan)
+    if len(pred_z):
+        pred[:, [metrics.index(m) for m in train_metrics]] = norm.decode_targets(pred_z, train_metrics)
+    return pred
 
 
 def _run_config(name: str, cfg: TrainConfig) -> TrainConfig:
@@ -243,7 +356,8 @@ def _markdown(report: dict, metrics: list[str]) -> str:
     lines += ["MAPE and the share of predictions within +-10 % of the measurement, on the test part of "
               "each split, in the metrics' own units. Lower MAPE is better.", ""]
     for scheme, res in report["splits"].items():
-        title = {"arch": "Architecture split", "family": "Family-held-out split"}.get(scheme, scheme)
+        title = {"arch": "Architecture split", "family": "Family-held-out split",
+                 "real": "Real-model held-out split"}.get(scheme, scheme)
         lines += [f"## {title}", ""]
         if "skipped" in res:
             lines += [f"Skipped: {res['skipped']}.", ""]
@@ -263,6 +377,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
             params = "trees" if r["parameters"] is None else f"{r['parameters']:,}"
             lines.append(f"| {r['display']} | {params} | {cells} | {_fmt(r['mean_mape'])} |")
         lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
+    lines += _shipped_markdown(report, metrics)
     lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
               "SeerNet-Multi trains with PCGrad (`pcgrad: true` for it alone; the settings above are the "
               "shared ones).", "",
@@ -272,10 +387,48 @@ def _markdown(report: dict, metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
+    """The shipped model on the held-out test set of its split: accuracy per
+    batch size, interval coverage and the warning's fire rates."""
+    sh = report.get("shipped")
+    if not sh or "held_out" not in sh:
+        return []
+    ho = sh["held_out"]
+    test = report["splits"][sh["scheme"]]
+    lines = ["## Shipped predictor on held-out data", "",
+             f"Model `{sh['default']}` trained on the `{sh['scheme']}` split; its test set "
+             f"({ho['configs']} configurations; never trained on: "
+             + ", ".join(test.get("test_groups") or test.get("test_families", [])) + ") is scored below as shipped "
+             f"(peak memory combined as `{sh.get('memory_combine')}`).", ""]
+    batches = sorted({b for m in metrics for b in ho["accuracy"][m]["by_batch"]})
+    lines += ["MAPE % (count) per batch size:", "",
+              "| metric | all | " + " | ".join(f"b{b}" for b in batches) + " |",
+              "|" + "---|" * (2 + len(batches))]
+    for m in metrics:
+        acc = ho["accuracy"][m]
+        cell = (lambda a: "n/a" if not a or a.get("mape") is None else f"{a['mape']:.1f} ({a['count']})")
+        lines.append(f"| {m} | {cell(acc['all'])} | "
+                     + " | ".join(cell(acc["by_batch"].get(b)) for b in batches) + " |")
+    lines += ["", "Interval coverage (stated vs held, %):", "",
+              "| metric | stated | held | count | per batch |", "|---|---|---|---|---|"]
+    for m, c in ho["coverage"].items():
+        per = ", ".join(f"b{b} {v:.0f}" for b, v in c["by_batch"].items())
+        lines.append(f"| {m} | {c['stated']:.0f} | {_fmt(c['held'], 1)} | {c['count']} | {per} |")
+    w = ho["warning"]
+    unc_cal = sh["uncertainty"]["calibration"]
+    lines += ["", f"Out-of-distribution warning (distance score > {sh['uncertainty']['threshold']:.3f}, "
+              "chosen on the calibration sets " + ", ".join(f"{k} ({v})" for k, v in unc_cal["sets"].items())
+              + f"): on this held-out test it fires on {_fmt(w['fires_on_error_gt_25_pct'], 0)} % of the "
+              f"{w['configs_gt_25']} configurations with > 25 % error (worst metric) and on "
+              f"{_fmt(w['fires_on_error_le_10_pct'], 0)} % of the {w['configs_le_10']} within 10 %.", ""]
+    return lines
+
+
 def _strip(obj):
     """report -> JSON: drop prediction arrays."""
     if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k != "predictions"}
+        return {k: _strip(v) for k, v in obj.items()
+                if k not in ("predictions", "val_predictions") and not isinstance(v, np.ndarray)}
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     if isinstance(obj, (np.floating, np.integer)):
@@ -309,17 +462,39 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
                              for m in train_metrics} | {"mean_mape": r["mean_mape"]}
                          for n, r in res["models"].items() if n in ("seernet", "seernet_multi")}
                 for scheme, res in report["splits"].items() if "models" in res}
-    env = next((r.get("env") for r in data.read_records(dataset)
-                if r.get("status") == "ok" and (device is None or r.get("device") == device)), None)
+    records = [r for r in data.read_records(dataset)
+               if r.get("status") == "ok" and (device is None or r.get("device") == device)]
+    env = next((r.get("env") for r in records), None)
     name = device or export_dir.name
-    arch = accuracy.get("arch", {})
-    shipped_names = [e["name"] for e in entries]
-    default = min(shipped_names, key=lambda n: arch.get(n, {}).get("mean_mape") or float("inf"))
+    files = [e["file"] for e in entries]
+    uncertainty = None
+    if "uncertainty" in shipped:
+        ref = export_dir / OOD_REFERENCE
+        buf = io.BytesIO()
+        np.save(buf, shipped["reference"])
+        atomic_write_bytes(ref, buf.getvalue())
+        files.append(ref.name)
+        uncertainty = {"k": OOD_K, "features": list(ru.FEATURE_NAMES),
+                       "mean": shipped["ood_mean"].tolist(), "std": shipped["ood_std"].tolist(),
+                       "reference_file": ref.name,
+                       "reference_sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+                       **shipped["uncertainty"]}
+    memory = None
+    if all(m in train_metrics for m in ("peak_mem_mb", "load_peak_mb", "run_peak_mb")):
+        base = [r["quality"]["peak_mem_process_mb"] - r["metrics"]["peak_mem_mb"] for r in records
+                if (r.get("quality") or {}).get("peak_mem_process_mb") and (r.get("metrics") or {}).get("peak_mem_mb")]
+        memory = {"peak": "peak_mem_mb", "load": "load_peak_mb", "run": "run_peak_mb",
+                  "combine": shipped.get("memory_combine", "direct"),
+                  "baseline_mb": float(np.median(base)) if base else None,
+                  "baseline": f"median over {len(base)} measured configurations of the measuring "
+                              "process's peak RSS minus its peak over the baseline: the process "
+                              "after importing onnxruntime, before the model is loaded"}
     write_manifest(export_dir / "manifest.json", device=name, description=env or name,
                    metrics=train_metrics, normalization=norm, models=entries,
-                   training_data=report["data"], accuracy=accuracy, default_model=default,
-                   report={"command": report["command"]})
-    return {"dir": str(export_dir), "files": [e["file"] for e in entries] + ["manifest.json"]}
+                   training_data=report["data"], accuracy=accuracy, default_model=shipped["default"],
+                   report={"command": report["command"], "trained_on_split": shipped["scheme"]},
+                   uncertainty=uncertainty, memory=memory)
+    return {"dir": str(export_dir), "files": files + ["manifest.json"]}
 
 
 # ------------------------------------------------------------------------ CLI
@@ -331,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--metrics", nargs="+", help="metrics to predict (default: all in the dataset)")
     p.add_argument("--models", nargs="+", default=list(models.MODEL_NAMES), choices=models.MODEL_NAMES,
                    metavar="NAME", help=f"models to train (default all: {' '.join(models.MODEL_NAMES)})")
-    p.add_argument("--splits", nargs="+", default=["arch", "family"], choices=["arch", "family"])
+    p.add_argument("--splits", nargs="+", default=list(data.SCHEMES), choices=list(data.SCHEMES))
     p.add_argument("--device", help="use only records of this device; also the exported device name")
     p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)

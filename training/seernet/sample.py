@@ -41,7 +41,9 @@ class GraphSample:
             shares it (splits are by architecture).
         family: model family (``"resnet"``, ``"perfseer_space"``, ...).
         batch: batch size of this configuration.
-        split_arch, split_family: ``"train"``/``"val"``/``"test"`` or ``""``.
+        split_arch, split_family, split_real: ``"train"``/``"val"``/``"test"``
+            or ``""`` (``split_real``: published architectures of held-out
+            groups are test, :mod:`training.dataset.splits`).
         key: the graph key of the dataset record, for tracing back.
     """
 
@@ -55,6 +57,7 @@ class GraphSample:
     batch: int
     split_arch: str = ""
     split_family: str = ""
+    split_real: str = ""
     key: str = ""
     extra: dict = field(default_factory=dict)
 

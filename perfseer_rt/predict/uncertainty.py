@@ -1,0 +1,147 @@
+"""How far a graph lies from a predictor's training data, and the interval
+that goes with it.
+
+Both are calibrated at training time (``training/seernet/uncertainty.py``)
+and shipped in the manifest's ``seernet.uncertainty`` section:
+
+* **Distance score.** A graph is described by its global features
+  (``slog1p``, then standardised with the training set's mean and std) and
+  its operator mix (the share of its nodes of each operator type, scaled by
+  :data:`OP_MIX_SCALE`). Its score is the mean Euclidean distance to its
+  ``k`` nearest training graphs divided by ``sqrt(features)``: 0 for a graph
+  the predictor was trained on, about 1 for a typical new architecture of a
+  known family. The out-of-distribution warning fires above the manifest's
+  threshold, which was chosen on held-out families where the predictor's
+  errors were known.
+* **Intervals.** Split conformal on ``log(measured / predicted)``, one pair of
+  quantiles per metric and per score bin (in distribution / beyond the
+  threshold), so a graph far from the training data gets the wider interval
+  that such graphs needed on held-out data. ``coverage`` is the share of
+  measurements the interval is meant to hold (e.g. 0.9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.graph import layout
+from perfseer_rt.predict.manifest import Uncertainty
+
+#: Weight of the operator-mix features against the standardised globals: a
+#: graph made only of operators the training set never used sits ~3 apart.
+OP_MIX_SCALE = 3.0
+#: Columns of the node features that one-hot the operator type.
+OP_COLUMNS = tuple(i for i, c in enumerate(layout.NODE_COLUMNS) if c.startswith("op_"))
+#: Names of :func:`features` columns, in order.
+FEATURE_NAMES = tuple(layout.GLOBAL_COLUMNS) + tuple(layout.NODE_COLUMNS[i] for i in OP_COLUMNS)
+
+
+def features(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Raw distance features of one graph: ``slog1p`` of its globals ``u`` and
+    its operator mix (share of nodes per operator type, from node features
+    ``x``). Returns ``float64[len(FEATURE_NAMES)]``."""
+    u = np.asarray(u, dtype=np.float64).reshape(-1)
+    x = np.asarray(x, dtype=np.float64)
+    mix = x[:, OP_COLUMNS].mean(axis=0) if len(x) else np.zeros(len(OP_COLUMNS))
+    return np.concatenate([np.sign(u) * np.log1p(np.abs(u)), mix])
+
+
+def standardize(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Rows of :func:`features` in score space."""
+    return (np.asarray(raw, dtype=np.float64) - mean) / std
+
+
+def fit_standardization(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of the training rows: globals standardised, the operator
+    mix left as shares times :data:`OP_MIX_SCALE`."""
+    raw = np.asarray(raw, dtype=np.float64)
+    n_glob = len(layout.GLOBAL_COLUMNS)
+    mean = np.zeros(raw.shape[1])
+    std = np.full(raw.shape[1], 1.0 / OP_MIX_SCALE)
+    mean[:n_glob] = raw[:, :n_glob].mean(axis=0)
+    std[:n_glob] = np.maximum(raw[:, :n_glob].std(axis=0), 1e-3)
+    return mean, std
+
+
+def distance_scores(points: np.ndarray, reference: np.ndarray, k: int) -> np.ndarray:
+    """Mean distance of each row of ``points`` to its ``k`` nearest rows of
+    ``reference`` (both in score space), over ``sqrt(columns)``."""
+    points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+    reference = np.asarray(reference, dtype=np.float64)
+    k = max(1, min(k, len(reference)))
+    out = np.empty(len(points))
+    for start in range(0, len(points), 256):  # bounded memory: 256 x N distances at a time
+        p = points[start:start + 256]
+        d2 = (p * p).sum(1)[:, None] - 2 * p @ reference.T + (reference * reference).sum(1)[None, :]
+        d = np.sqrt(np.maximum(d2, 0.0))
+        out[start:start + 256] = np.sort(np.partition(d, k - 1, axis=1)[:, :k], axis=1).mean(1)
+    return out / np.sqrt(points.shape[1])
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``[value * exp(lo), value * exp(hi)]`` holds ``coverage`` of measurements."""
+
+    lo: float
+    hi: float
+    coverage: float
+
+    def around(self, value: float) -> list[float]:
+        return [float(value * np.exp(self.lo)), float(value * np.exp(self.hi))]
+
+
+def conformal_quantiles(log_ratios: np.ndarray, coverage: float) -> tuple[float, float]:
+    """Lower and upper quantiles of ``log(measured / predicted)`` that hold
+    ``coverage`` of a new exchangeable sample (split conformal: the
+    ``ceil((n + 1)(1 - a/2)) / n`` order statistic on each side)."""
+    r = np.sort(np.asarray(log_ratios, dtype=np.float64))
+    n = len(r)
+    if n == 0:
+        raise ValueError("conformal_quantiles: no calibration residuals")
+    tail = (1.0 - coverage) / 2.0
+    hi_rank = min(n, int(np.ceil((n + 1) * (1.0 - tail))))
+    lo_rank = max(1, int(np.floor((n + 1) * tail)))
+    return float(r[lo_rank - 1]), float(r[hi_rank - 1])
+
+
+# ------------------------------------------------------------ at prediction
+@lru_cache(maxsize=8)
+def _reference(path: str, sha256: str) -> np.ndarray:
+    """The training graphs' features in score space, checked against the manifest."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PerfSeerError(f"{path}: cannot read the predictor's reference features ({exc})") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PerfSeerError(f"{path}: checksum differs from the manifest's; reinstall the predictor")
+    return np.load(io.BytesIO(data), allow_pickle=False).astype(np.float64)
+
+
+def scores(unc: Uncertainty, folder: Path, graphs: Sequence) -> np.ndarray:
+    """Distance score of each PerfGraph (anything with ``x`` and ``u``) to the
+    predictor's training graphs."""
+    if tuple(unc.features) != FEATURE_NAMES:
+        raise PerfSeerError("the predictor's distance features differ from this perfseer-rt's "
+                            f"({len(unc.features)} vs {len(FEATURE_NAMES)}); update one of them")
+    ref = _reference(str(Path(folder) / unc.reference_file), unc.reference_sha256)
+    raw = np.stack([features(g.x, g.u) for g in graphs])
+    return distance_scores(standardize(raw, np.array(unc.mean), np.array(unc.std)), ref, unc.k)
+
+
+def interval(unc: Uncertainty, metric: str, score: float) -> Interval | None:
+    """The calibrated interval of ``metric`` for a graph of this ``score``."""
+    iv = unc.intervals.get(metric)
+    if iv is None:
+        return None
+    for b in iv.bins:
+        if b.max_score is None or score <= b.max_score:
+            return Interval(b.lo, b.hi, iv.coverage)
+    return None

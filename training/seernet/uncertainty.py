@@ -1,0 +1,183 @@
+"""Calibrate the shipped predictor's intervals, out-of-distribution warning
+and memory parts (the runtime side: :mod:`perfseer_rt.predict.uncertainty`).
+
+Calibration data are predictions whose errors the predictor did not train
+on, from two sources:
+
+* the shipped model on its own validation architectures (new architectures
+  of families it knows), and
+* the family-split model on its held-out families (graphs of a kind it has
+  never seen, scored against the family split's own training set).
+
+The warning threshold on the distance score is the one that best separates,
+on these data, configurations with an error above 25 % from those within
+10 % (Youden's J). The intervals are split-conformal quantiles of
+``log(measured / predicted)`` per metric, one pair below the threshold and
+one above. Both are then *checked* on the real-model held-out split, which
+neither the shipped model nor the calibration saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from perfseer_rt.predict import uncertainty as ru
+from training.seernet.evaluate import ape
+
+#: Errors (in %) that define a config the warning should catch / leave alone.
+BAD_PCT, GOOD_PCT = 25.0, 10.0
+#: Fewest calibration residuals behind one interval bin; a sparser
+#: out-of-distribution bin takes the highest-scored residuals up to this count.
+MIN_BIN = 30
+
+
+@dataclass
+class PredictionSet:
+    """Predictions on graphs the model did not train on.
+
+    ``pred`` and ``true`` are ``[G, M]`` in metric units (NaN: missing);
+    ``scores`` the distance score of each graph to the model's training set.
+    """
+
+    name: str
+    true: np.ndarray
+    pred: np.ndarray
+    scores: np.ndarray
+    batches: np.ndarray
+
+
+def raw_features(samples: Sequence) -> np.ndarray:
+    """:func:`perfseer_rt.predict.uncertainty.features` of every sample, ``[G, F]``."""
+    return np.stack([ru.features(s.x, s.u) for s in samples]) if len(samples) else \
+        np.zeros((0, len(ru.FEATURE_NAMES)))
+
+
+def scores_against(samples: Sequence, reference_raw: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                   k: int) -> np.ndarray:
+    """Distance scores of ``samples`` to the training graphs ``reference_raw``."""
+    if not len(samples):
+        return np.zeros(0)
+    return ru.distance_scores(ru.standardize(raw_features(samples), mean, std),
+                              ru.standardize(reference_raw, mean, std), k)
+
+
+def _config_error(s: PredictionSet) -> np.ndarray:
+    """Worst error over the metrics of each config, in % (NaN if none)."""
+    e = ape(s.pred, s.true)
+    e[~np.isfinite(e)] = -np.inf
+    worst = e.max(axis=1)
+    return np.where(np.isfinite(worst), worst, np.nan)
+
+
+def fire_rates(scores: np.ndarray, errors: np.ndarray, threshold: float) -> dict:
+    """Share (%) of bad (> 25 %) and good (<= 10 %) configs the warning fires on."""
+    bad, good = errors > BAD_PCT, errors <= GOOD_PCT
+    fires = scores > threshold
+    rate = (lambda m: float(100 * fires[m].mean()) if m.any() else None)
+    return {"fires_on_error_gt_25_pct": rate(bad), "fires_on_error_le_10_pct": rate(good),
+            "configs_gt_25": int(bad.sum()), "configs_le_10": int(good.sum()),
+            "fires_overall_pct": float(100 * fires.mean()) if len(fires) else None}
+
+
+def choose_threshold(scores: np.ndarray, errors: np.ndarray) -> float:
+    """The score above which to warn: maximises (fire rate on > 25 % errors)
+    minus (fire rate on <= 10 % errors) over candidate quantiles of ``scores``;
+    without bad configs, the 95th percentile."""
+    bad, good = errors > BAD_PCT, errors <= GOOD_PCT
+    if not bad.any() or not good.any():
+        return float(np.percentile(scores, 95))
+    best, best_j = float(np.percentile(scores, 95)), -np.inf
+    for q in np.linspace(5, 98, 94):
+        t = float(np.percentile(scores, q))
+        j = (scores[bad] > t).mean() - (scores[good] > t).mean()
+        if j > best_j + 1e-12:
+            best, best_j = t, j
+    return best
+
+
+def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: float = 0.9) -> dict:
+    """Threshold and per-metric conformal bins from ``sets`` (see module doc).
+
+    Returns ``{"threshold", "intervals": {metric: {"coverage", "bins"}},
+    "calibration": {...}}`` in the manifest's ``seernet.uncertainty`` form
+    (without the feature/reference fields, which the exporter adds).
+    """
+    scores = np.concatenate([s.scores for s in sets])
+    errors = np.concatenate([_config_error(s) for s in sets])
+    ok = np.isfinite(errors)
+    threshold = choose_threshold(scores[ok], errors[ok])
+    intervals = {}
+    for j, m in enumerate(metrics):
+        true = np.concatenate([s.true[:, j] for s in sets])
+        pred = np.concatenate([s.pred[:, j] for s in sets])
+        good = np.isfinite(true) & np.isfinite(pred) & (true > 0) & (pred > 0)
+        if good.sum() < MIN_BIN:
+            continue
+        r, sc = np.log(true[good] / pred[good]), scores[good]
+        inside = sc <= threshold
+        out = ~inside if (~inside).sum() >= MIN_BIN else np.argsort(sc)[-MIN_BIN:]
+        bins = []
+        for sel, max_score in ((inside, threshold), (out, None)):
+            lo, hi = ru.conformal_quantiles(r[sel], coverage)
+            bins.append({"max_score": max_score, "lo": lo, "hi": hi, "count": int(np.size(r[sel]))})
+        if bins[0]["count"] < MIN_BIN:  # too few in distribution: one bin for all
+            lo, hi = ru.conformal_quantiles(r, coverage)
+            bins = [{"max_score": None, "lo": lo, "hi": hi, "count": int(len(r))}]
+        intervals[m] = {"coverage": coverage, "bins": bins}
+    return {"threshold": float(threshold), "intervals": intervals,
+            "calibration": {"sets": {s.name: int(len(s.scores)) for s in sets},
+                            "warning_on_calibration": fire_rates(scores[ok], errors[ok], threshold),
+                            "method": "split conformal on log(measured/predicted), per metric, "
+                                      "one bin below and one above the distance threshold; "
+                                      "threshold maximises fire rate on >25 % errors minus "
+                                      "fire rate on <=10 % errors"}}
+
+
+def interval_for(section: dict, metric: str, score: float) -> tuple[float, float] | None:
+    """``(lo, hi)`` log-ratio quantiles for a graph of this ``score``."""
+    iv = section["intervals"].get(metric)
+    if not iv:
+        return None
+    for b in iv["bins"]:
+        if b["max_score"] is None or score <= b["max_score"]:
+            return b["lo"], b["hi"]
+    return None
+
+
+def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
+    """Coverage of the intervals (overall and per batch size) and the
+    warning's fire rates on one prediction set, all in %."""
+    out: dict = {"configs": int(len(s.scores)), "coverage": {},
+                 "warning": fire_rates(s.scores, _config_error(s), section["threshold"])}
+    for j, m in enumerate(metrics):
+        if m not in section["intervals"]:
+            continue
+        hit, batch = [], []
+        for g in range(len(s.scores)):
+            t, p = s.true[g, j], s.pred[g, j]
+            q = interval_for(section, m, s.scores[g])
+            if q is None or not (np.isfinite(t) and np.isfinite(p) and t > 0 and p > 0):
+                continue
+            hit.append(p * np.exp(q[0]) <= t <= p * np.exp(q[1]))
+            batch.append(int(s.batches[g]))
+        hit_a, batch_a = np.array(hit, bool), np.array(batch)
+        out["coverage"][m] = {
+            "stated": section["intervals"][m]["coverage"] * 100,
+            "held": float(100 * hit_a.mean()) if len(hit_a) else None, "count": int(len(hit_a)),
+            "by_batch": {int(b): float(100 * hit_a[batch_a == b].mean()) for b in sorted(set(batch))}}
+    return out
+
+
+def combine_memory(pred: np.ndarray, metrics: Sequence[str], mode: str,
+                   peak: str = "peak_mem_mb", load: str = "load_peak_mb",
+                   run: str = "run_peak_mb") -> np.ndarray:
+    """Predictions with the ``peak`` column as shipped: ``"direct"`` keeps the
+    peak output, ``"max"`` takes the larger predicted phase."""
+    out = np.array(pred, dtype=np.float64, copy=True)
+    if mode == "max" and all(m in metrics for m in (peak, load, run)):
+        i, a, b = metrics.index(peak), metrics.index(load), metrics.index(run)
+        out[:, i] = np.fmax(out[:, a], out[:, b])
+    return out
