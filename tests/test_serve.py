@@ -185,13 +185,3 @@ def test_concurrency_limit_is_503(monkeypatch):
 
     statuses = sorted(r.status_code for r in asyncio.run(main()))
     assert statuses == [200, 503, 503, 503]
-
-
-def test_serve_without_the_extra_says_how_to_get_it(monkeypatch):
-    from click.testing import CliRunner
-
-    from perfseer_rt.cli import main
-
-    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if [serve] were not installed
-    res = CliRunner().invoke(main, ["serve"])
-    assert res.exit_code == 2 and "pip install 'perfseer-rt[serve]'" in res.stderr
