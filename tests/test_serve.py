@@ -79,6 +79,23 @@ def test_upload_gives_the_cli_json(server):
     assert set(doc[1]) == set(local)
 
 
+def test_check_gives_the_python_verdict(server):
+    """POST /check answers what perfseer_rt.predict.check answers, each check
+    naming the bound that decided it (judged_by)."""
+    import perfseer_rt
+
+    local = perfseer_rt.predict.check(str(EXAMPLE), max_memory_mb=1e6, max_latency_ms=1e-3)
+    resp = httpx.post(server["url"] + "/check",
+                      params={"max_memory_mb": 1e6, "max_latency_ms": 1e-3},
+                      content=EXAMPLE.read_bytes(),
+                      headers={"Content-Type": "application/octet-stream"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert doc["ok"] is False and doc["checks"] == local["checks"]
+    assert [c["ok"] for c in doc["checks"]] == [False, True]
+    assert all(c["judged_by"] in ("interval_upper", "value") for c in doc["checks"])
+
+
 def test_path_inside_the_model_folder(server):
     resp = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx"},
                       timeout=60)
