@@ -102,17 +102,19 @@ def test_each_distribution_resolves_one_onnxruntime(metas, extra):
     assert cpu["name"] == "perfseer-rt" and gpu["name"] == "perfseer-rt-gpu"
     assert resolve(cpu["requires"], extra) & ORT == {"onnxruntime"}
     assert resolve(gpu["requires"], extra) & ORT == {"onnxruntime-gpu"}
-    # the same package otherwise
-    assert resolve(cpu["requires"], extra) - ORT == resolve(gpu["requires"], extra) - ORT
+    # the same package otherwise, plus NVML on the GPU
+    assert resolve(cpu["requires"], extra) - ORT == \
+        resolve(gpu["requires"], extra) - ORT - {"nvidia-ml-py"}
+    assert "nvidia-ml-py" in resolve(gpu["requires"], extra) - resolve(cpu["requires"], extra)
     if extra == "serve":
         assert {"fastapi", "uvicorn"} <= resolve(cpu["requires"], extra)
 
 
 @SLOW
 def test_base_install_is_lean(metas):
-    """The plain install carries no torch, sympy, networkx or web stack."""
+    """The plain install carries no torch, sympy, networkx, web stack or NVML."""
     base = resolve(metas["cpu"]["requires"])
-    assert base == {"onnx", "onnxruntime", "numpy", "click", "tqdm", "nvidia-ml-py"}
+    assert base == {"onnx", "onnxruntime", "numpy", "click", "tqdm"}
 
 
 def test_mixed_onnxruntime_flavours_are_named(monkeypatch):

@@ -79,6 +79,23 @@ def test_upload_gives_the_cli_json(server):
     assert set(doc[1]) == set(local)
 
 
+def test_check_gives_the_python_verdict(server):
+    """POST /check answers what perfseer_rt.predict.check answers, each check
+    naming the bound that decided it (judged_by)."""
+    import perfseer_rt
+
+    local = perfseer_rt.predict.check(str(EXAMPLE), max_memory_mb=1e6, max_latency_ms=1e-3)
+    resp = httpx.post(server["url"] + "/check",
+                      params={"max_memory_mb": 1e6, "max_latency_ms": 1e-3},
+                      content=EXAMPLE.read_bytes(),
+                      headers={"Content-Type": "application/octet-stream"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert doc["ok"] is False and doc["checks"] == local["checks"]
+    assert [c["ok"] for c in doc["checks"]] == [False, True]
+    assert all(c["judged_by"] in ("interval_upper", "value") for c in doc["checks"])
+
+
 def test_path_inside_the_model_folder(server):
     resp = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx"},
                       timeout=60)
@@ -185,13 +202,3 @@ def test_concurrency_limit_is_503(monkeypatch):
 
     statuses = sorted(r.status_code for r in asyncio.run(main()))
     assert statuses == [200, 503, 503, 503]
-
-
-def test_serve_without_the_extra_says_how_to_get_it(monkeypatch):
-    from click.testing import CliRunner
-
-    from perfseer_rt.cli import main
-
-    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if [serve] were not installed
-    res = CliRunner().invoke(main, ["serve"])
-    assert res.exit_code == 2 and "pip install 'perfseer-rt[serve]'" in res.stderr

@@ -27,10 +27,21 @@ from perfseer_rt.predict.registry import get_predictor
 FIT_MAX = 1 << 16
 
 
+#: ``judged_by`` of a check: which bound of the prediction decided it.
+BY_INTERVAL = "interval_upper"
+BY_VALUE = "value"
+
+
 def upper(metric: dict) -> float:
     """The value a budget is judged by: the interval's upper end, else the value."""
     iv = metric.get("interval")
     return float(iv[1]) if iv else float(metric["value"])
+
+
+def judged_by(metric: dict) -> str:
+    """Which bound :func:`upper` took: ``"interval_upper"`` or ``"value"``
+    (the prediction has no interval)."""
+    return BY_INTERVAL if metric.get("interval") else BY_VALUE
 
 
 def _limits(max_latency_ms: float | None, max_memory_mb: float | None,
@@ -57,13 +68,14 @@ def _mem_metric(metrics: list[str]) -> str:
 
 
 def judge(result: dict, limits: dict[str, float]) -> list[dict]:
-    """One entry per limit: metric, limit, value, judged (upper) value, ok."""
+    """One entry per limit: metric, limit, value, judged (upper) value,
+    judged_by (which bound that is: ``"interval_upper"`` or ``"value"``), ok."""
     out = []
     for metric, limit in limits.items():
         m = result["metrics"][metric]
         out.append({"metric": metric, "unit": m.get("unit"), "limit": limit,
-                    "value": m["value"], "judged": upper(m), "interval": m.get("interval"),
-                    "ok": upper(m) <= limit})
+                    "value": m["value"], "judged": upper(m), "judged_by": judged_by(m),
+                    "interval": m.get("interval"), "ok": upper(m) <= limit})
     return out
 
 
@@ -134,8 +146,11 @@ def fit(model: str | os.PathLike, device: str | None = None, *, max_memory_mb: f
     value (memory and latency do with batch and sequence length).
 
     Returns ``{"dim", "value" (None when even 1 breaks the budget),
-    "prediction" (at value), "next" (the prediction at value + 1 that broke
-    it, None when value is max_value), "checks", "tried": {value: ok}}``;
+    "prediction" (at value), "checks" (its verdict per limit, each with
+    ``judged_by``: ``"interval_upper"`` when the prediction's interval
+    decided, ``"value"`` when it has none), "next" (the prediction at
+    value + 1 that broke it, None when value is max_value), "next_checks"
+    (the same verdict for it), "tried": {value: ok}}``;
     on a GPU with MIG tables, ``prediction["mig"]`` names the smallest slice
     holding the answer's memory.
     """
@@ -178,4 +193,5 @@ def fit(model: str | os.PathLike, device: str | None = None, *, max_memory_mb: f
     return {"dim": dim or "batch", "value": good or None, "limits": limits,
             "prediction": best, "checks": judge(best, limits),
             "next": tried[bad][1] if bad is not None else None,
+            "next_checks": judge(tried[bad][1], limits) if bad is not None else None,
             "tried": {k: ok for k, (ok, _) in sorted(tried.items())}}

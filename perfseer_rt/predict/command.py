@@ -217,7 +217,8 @@ def devices(as_json):
 
 
 def _judged(c: dict) -> str:
-    how = "interval upper end" if c.get("interval") else "predicted value"
+    how = ("interval upper end" if c["judged_by"] == "interval_upper"
+           else "predicted value, no interval")
     return (f"{c['metric']} {_fmt(c['judged'])} {c.get('unit') or ''} ({how}) "
             f"{'<=' if c['ok'] else '>'} limit {_fmt(c['limit'])}")
 
@@ -277,7 +278,6 @@ def fit(model, device, max_memory_mb, max_latency_ms, dim, batch, max_value, mod
     Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
     from perfseer_rt.cli import emit_json
     from perfseer_rt.predict.budget import fit as do_fit
-    from perfseer_rt.predict.budget import judge
 
     ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
                  dim=dim, batch=batch, predictor_model=model_name, max_value=max_value)
@@ -294,8 +294,7 @@ def fit(model, device, max_memory_mb, max_latency_ms, dim, batch, max_value, mod
         for c in ans["checks"]:
             click.echo(f"  {_judged(c)}")
         if ans["next"] is not None and ans["value"] is not None:
-            nxt = ans["next"]
-            broke = [c for c in judge(nxt, ans["limits"]) if not c["ok"]]
+            broke = [c for c in ans["next_checks"] if not c["ok"]]
             click.echo(f"  {ans['dim']} {ans['value'] + 1} would not: "
                        + "; ".join(_judged(c) for c in broke))
         if p.get("mig"):

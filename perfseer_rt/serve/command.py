@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.install import installed_flavours
 
 
 @click.command()
@@ -32,8 +33,9 @@ def serve(host, port, model_dir, max_upload_mb, timeout_s, max_concurrency):
 
         from perfseer_rt.serve.app import Settings, create_app
     except ImportError as exc:
+        dist = "perfseer-rt-gpu" if installed_flavours() == ["onnxruntime-gpu"] else "perfseer-rt"
         raise PerfSeerError(f"perfseer-rt serve needs the [serve] extra ({exc.name} is "
-                            "missing): pip install 'perfseer-rt[serve]'") from None
+                            f"missing): pip install '{dist}[serve]'") from None
     if model_dir is not None and not model_dir.is_dir():
         raise PerfSeerError(f"--model-dir {str(model_dir)!r} is not a folder")
     app = create_app(Settings(model_dir=model_dir, max_upload_mb=max_upload_mb,

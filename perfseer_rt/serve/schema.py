@@ -48,6 +48,9 @@ class Check(_Open):
     limit: float
     value: float
     judged: float = Field(description="the value judged: the interval's upper end, else value")
+    judged_by: Optional[str] = Field(
+        default=None, description='which bound was judged: "interval_upper" or "value" '
+                                  "(no interval)")
     interval: Optional[list[float]] = None
     ok: bool
 
