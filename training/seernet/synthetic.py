@@ -70,11 +70,15 @@ def random_graph(rng: np.random.Generator, num_nodes: int, batch: int = 1) -> Gr
 
 def write_synthetic_dataset(root: str | os.PathLike, num_archs: int = 40, batches=(1, 4, 16),
                             min_nodes: int = 3, max_nodes: int = 30, families: int = 4,
-                            graphs_per_shard: int = 500, seed: int = 0) -> Path:
+                            graphs_per_shard: int = 500, seed: int = 0, phases: bool = False) -> Path:
     """Write a dataset folder (``records/``, ``graphs/``) of random graphs.
 
     Architectures are split 2:1:1 (``split_arch``) and family ``fam0`` is
     held out (``split_family = "test"``; val comes from the loader's hash rule).
+    With ``phases``, records also carry the memory phases in ``quality``
+    (``load_peak_mb``: batch-independent, from the weights; ``run_peak_mb``:
+    the synthetic memory) and ``peak_mem_mb`` is their maximum, as the CPU
+    profiler reports them.
     """
     rng = np.random.default_rng(seed)
     root = Path(root)
@@ -91,9 +95,14 @@ def write_synthetic_dataset(root: str | os.PathLike, num_archs: int = 40, batche
             key = f"{arch_id}/b{b}"
             keys.append(key)
             graphs.append(g)
+            quality: dict = {"cv": 0.0}
+            if phases:
+                weights_mb = float(g.u[_G["weight_total"]]) / 1e6
+                quality.update(load_peak_mb=10.0 + 2.5 * weights_mb, run_peak_mb=g.targets["peak_mem_mb"])
+                g.targets["peak_mem_mb"] = max(quality["load_peak_mb"], quality["run_peak_mb"])
             records.append({"arch_id": arch_id, "family": family, "spec": {"nodes": num_nodes},
                             "batch": b, "device": "synthetic", "status": "ok", "metrics": g.targets,
-                            "quality": {"cv": 0.0}, "env": {"note": "synthetic"},
+                            "quality": quality, "env": {"note": "synthetic"},
                             "split_arch": split_arch,
                             "split_family": "test" if family == "fam0" else "train", "graph_key": key})
     records.append({"arch_id": "failed", "family": "fam1", "batch": 1, "device": "synthetic",

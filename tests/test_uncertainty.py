@@ -1,0 +1,168 @@
+"""Intervals, the distance score and memory parts: the runtime math
+(perfseer_rt/predict/uncertainty.py), its calibration in training
+(training/seernet/uncertainty.py) and the shipped report's end to end path."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from perfseer_rt import extract
+from perfseer_rt.predict import uncertainty as ru
+from perfseer_rt.predict.manifest import ManifestError, parse_manifest
+from tests.test_extract import conv_chain
+
+torch = pytest.importorskip("torch")
+
+from training.seernet import data  # noqa: E402
+from training.seernet import uncertainty as unc  # noqa: E402
+from training.seernet.report import main as report_main  # noqa: E402
+from training.seernet.synthetic import write_synthetic_dataset  # noqa: E402
+
+
+def test_conformal_quantiles_hold_their_coverage_on_new_draws():
+    rng = np.random.default_rng(0)
+    held = []
+    for _ in range(200):  # exchangeable calibration and test draws
+        cal, new = rng.standard_t(3, size=200), rng.standard_t(3, size=200)
+        lo, hi = ru.conformal_quantiles(cal, 0.9)
+        held.append(np.mean((new >= lo) & (new <= hi)))
+    # split conformal guarantees >= 0.9 in expectation and at most 0.9 + 1/(n+1) + noise
+    assert 0.895 <= np.mean(held) <= 0.915
+
+
+def test_distance_score_is_zero_on_training_graphs_and_grows_away_from_them():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(size=(50, 6))
+    assert np.allclose(ru.distance_scores(ref[:5], ref, k=1), 0.0, atol=1e-6)
+    near, far = ref[0] + 0.1, ref[0] + 5.0
+    s = ru.distance_scores(np.stack([near, far]), ref, k=1)
+    assert s[0] < s[1]
+
+
+def test_features_read_globals_and_operator_mix_of_a_real_graph():
+    g = extract(conv_chain(), batch=2)
+    f = ru.features(g.x, g.u)
+    assert f.shape == (len(ru.FEATURE_NAMES),) and np.isfinite(f).all()
+    mix = f[len(g.u):]
+    assert mix.sum() == pytest.approx(1.0)  # every node has exactly one operator column
+
+
+def test_threshold_separates_bad_from_good_configs():
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 1.0, 1.2, 1.5, 2.0])
+    errors = np.array([2.0, 5.0, 8.0, 9.0, 40.0, 60.0, 30.0, 80.0])
+    t = unc.choose_threshold(scores, errors)
+    rates = unc.fire_rates(scores, errors, t)
+    assert rates["fires_on_error_gt_25_pct"] == 100.0 and rates["fires_on_error_le_10_pct"] == 0.0
+
+
+def test_memory_combination_takes_the_larger_phase():
+    metrics = ["latency_ms", "peak_mem_mb", "load_peak_mb", "run_peak_mb"]
+    pred = np.array([[1.0, 50.0, 80.0, 60.0], [1.0, 50.0, 20.0, 70.0]])
+    assert unc.combine_memory(pred, metrics, "max")[:, 1].tolist() == [80.0, 70.0]
+    assert unc.combine_memory(pred, metrics, "direct")[:, 1].tolist() == [50.0, 50.0]
+
+
+def _v3(doc):
+    doc = json.loads(json.dumps(doc))
+    doc["metrics"] += [{"name": "load_peak_mb", "unit": "MB"}, {"name": "run_peak_mb", "unit": "MB"}]
+    for e in doc["seernet"]["models"]:
+        e["outputs"] = [m["name"] for m in doc["metrics"]]
+    doc["seernet"]["memory"] = {"peak": "peak_mem_mb", "load": "load_peak_mb", "run": "run_peak_mb",
+                                "combine": "max", "baseline_mb": 80.0, "baseline": "measured"}
+    return doc
+
+
+def test_manifest_memory_and_interval_sections_are_checked():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "exported_models/cpu-amd-epyc-1t/manifest.json").read_text())
+    m = parse_manifest(_v3(doc))
+    assert m.seernet.memory.combine == "max" and m.seernet.uncertainty is None
+    bad = _v3(doc)
+    bad["seernet"]["memory"]["combine"] = "sum"
+    with pytest.raises(ManifestError, match="seernet.memory.combine"):
+        parse_manifest(bad)
+    bad = _v3(doc)
+    bad["seernet"]["memory"]["run"] = "nope_mb"
+    with pytest.raises(ManifestError, match="seernet.memory.run"):
+        parse_manifest(bad)
+    bad = _v3(doc)
+    del bad["seernet"]["memory"]["baseline"]
+    with pytest.raises(ManifestError, match="seernet.memory.baseline is missing"):
+        parse_manifest(bad)
+    v2 = json.loads(json.dumps(doc))  # a version-2 document reads as version 3 without the sections
+    v2["schema_version"] = 2
+    del v2["seernet"]["uncertainty"], v2["seernet"]["memory"]
+    assert parse_manifest(v2).seernet.memory is None
+
+
+def test_trainer_refuses_mixed_memory_methods_and_cpus(tmp_path):
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=4, batches=(1,), max_nodes=6)
+    path = ds / "records" / "part0000.jsonl"
+    recs = [r for x in path.read_text().splitlines() if (r := json.loads(x))["status"] == "ok"]
+    for i, r in enumerate(recs):
+        r["quality"]["peak_mem_method"] = "vmhwm" if i == 0 else "vmhwm+mmap64k"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(data.DatasetError, match="mixes peak_mem_method 'vmhwm'"):
+        data.load_samples(ds)
+    for r in recs:
+        r["quality"]["peak_mem_method"] = "vmhwm+mmap64k"
+        r["env"] = {"cpu_vendor": "AuthenticAMD", "cpu_family": "25", "cpu_model_id": "17"}
+    recs[1]["env"] = {"cpu_vendor": "GenuineIntel", "cpu_family": "6", "cpu_model_id": "85"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(data.DatasetError, match="mixes cpu"):
+        data.load_samples(ds)
+
+
+def test_loader_lifts_memory_phases_and_recomputes_the_real_split(tmp_path):
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=4, batches=(1, 4), max_nodes=6, phases=True)
+    path = ds / "records" / "part0000.jsonl"
+    recs = [r for x in path.read_text().splitlines() if (r := json.loads(x))["status"] == "ok"]
+    for r in recs:  # a stale stored split must not win over the group's
+        r.update(family="timm", group="convnext", split_real="train")
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    samples = data.load_samples(ds)
+    assert all(s.split_real == "test" for s in samples)
+    for s in samples:
+        assert s.targets["peak_mem_mb"] == max(s.targets["load_peak_mb"], s.targets["run_peak_mb"])
+
+
+@pytest.mark.slow
+def test_report_ships_intervals_distance_and_memory_parts(tmp_path, monkeypatch):
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=48, batches=(1, 4), max_nodes=10, phases=True)
+    out, exp = tmp_path / "report", tmp_path / "home" / "devices" / "synthetic"
+    assert report_main(["--dataset", str(ds), "--out", str(out), "--epochs", "2", "--threads", "1",
+                        "--export-dir", str(exp), "--quiet", "--models", "seernet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["shipped"]["scheme"] == "arch"  # synthetic families are not published ones
+    doc = json.loads((exp / "manifest.json").read_text())
+    sec = doc["seernet"]
+    assert sec["memory"]["peak"] == "peak_mem_mb" and sec["memory"]["combine"] in ("max", "direct")
+    assert (exp / sec["uncertainty"]["reference_file"]).is_file()
+    assert set(sec["uncertainty"]["intervals"]) >= {"latency_ms", "peak_mem_mb"}
+    cov = report["shipped"]["held_out"]["coverage"]["latency_ms"]
+    assert cov["count"] == report["splits"]["arch"]["sizes"]["test"] and 0 <= cov["held"] <= 100
+
+    # the runtime reads it back: intervals around the value, parts, distance
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path / "home"))
+    from perfseer_rt.predict import api, registry
+
+    registry.shipped_predictors.cache_clear()
+    g = extract(conv_chain(), batch=2)
+    [r] = api.predict(g, device="synthetic")
+    assert set(r["metrics"]) == {"latency_ms", "peak_mem_mb"}  # phases are parts, not metrics
+    for m in r["metrics"].values():
+        lo, hi = m["interval"]
+        assert lo <= m["value"] <= hi and m["coverage"] == 0.9
+    parts = r["metrics"]["peak_mem_mb"]["parts"]
+    assert parts["weights_mb"] == pytest.approx(g.globals["weight_total"] / 2**20)
+    if sec["memory"]["combine"] == "max":
+        assert r["metrics"]["peak_mem_mb"]["value"] == pytest.approx(
+            max(parts["session_load_peak_mb"], parts["inference_run_peak_mb"]))
+    assert r["distance"]["threshold"] == sec["uncertainty"]["threshold"]
+    assert (r["distance"]["score"] > r["distance"]["threshold"]) == any(
+        "far from the training data" in w for w in r["warnings"])
+    assert os.listdir(exp)  # nothing else needed beside the manifest's files
