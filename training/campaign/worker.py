@@ -35,6 +35,7 @@ from perfseer_rt import extract
 from training.campaign.plan import Item
 from training.campaign.targets import METRICS, TIME, Target, TargetSpec
 from training.campaign.zoo_cases import ZOO_ENV, export_case, export_worker_init
+from training.campaign.probe import speed_probe
 from training.dataset.plan import pick_batches
 from training.dataset.splits import split_arch, split_family, split_real
 
@@ -43,7 +44,7 @@ QUALITY = ("{t}_cv", "{t}_robust_cv", "runs", "window_s", "warmup_runs", "{t}_mi
            "{t}_mean_ms", "{t}_p90_ms", "peak_mem_method", "session_ms", "load_peak_mb",
            "loaded_mb", "run_peak_mb", "build_ms",
            "optimizer", "torch_max_allocated_mb", "torch_max_reserved_mb", "power_w",
-           "proc_sm_util_pct", "gpm_sm_occupancy_pct", "peak_mem_process_mb")
+           "proc_sm_util_pct", "gpm_sm_occupancy_pct", "peak_mem_process_mb", "speed_probe_ms")
 
 
 def graph_key(family: str, arch_id: str, batch: int) -> str:
@@ -123,6 +124,7 @@ class DeviceWorker:
         timeout = self.spec.timeout_s
         if deadline is not None:
             timeout = max(5.0, min(timeout, deadline - time.time()))
+        before = speed_probe()
         rec = self.target.measure(path, item.config, batch, timeout)
         cv = rec.get(f"{t}_robust_cv")
         if rec.get("status") == "ok" and cv is not None and cv > self.noisy_cv:
@@ -131,6 +133,7 @@ class DeviceWorker:
             if again.get("status") == "ok" and again_cv is not None and again_cv < cv:
                 rec = again
             rec["remeasured"] = True
+        rec["speed_probe_ms"] = (before + speed_probe()) / 2  # the core's speed around it (probe.py)
         return rec
 
     def run(self, item: Item, upcoming: Item | None = None,
