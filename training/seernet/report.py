@@ -89,6 +89,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
         "dataset": str(dataset), "command": command, "device": device,
         "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
         "data": data.dataset_summary(samples, metrics),
+        "noise_floor": noise_floor(data.read_records(dataset), metrics),
         "train_config": cfg.to_dict(), "joint_baselines": joint_baselines, "splits": {},
     }
     runs: dict = {}
@@ -378,6 +379,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
             lines.append(f"| {r['display']} | {params} | {cells} | {_fmt(r['mean_mape'])} |")
         lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
     lines += _shipped_markdown(report, metrics)
+    lines += _noise_markdown(report.get("noise_floor") or {})
     lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
               "SeerNet-Multi trains with PCGrad (`pcgrad: true` for it alone; the settings above are the "
               "shared ones).", "",
@@ -385,6 +387,37 @@ def _markdown(report: dict, metrics: list[str]) -> str:
               "nn-Meter-style: per-node costs summed per graph, no kernel-fusion detection. "
               "Global GBM: gradient-boosted trees on the global features.", ""]
     return "\n".join(lines)
+
+
+def noise_floor(records: Sequence[dict], metrics: Sequence[str]) -> dict:
+    """Spread of the reference configurations re-measured during the campaign
+    (same config, measured again later): per reference and metric, the count,
+    median, coefficient of variation (std / mean, %) and max/min ratio. No
+    accuracy figure can be read finer than this."""
+    out: dict = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("reference"):
+            for m in metrics:
+                v = (r.get("metrics") or {}).get(m)
+                if v:
+                    out.setdefault(str(r.get("spec") or r.get("graph_key")), {}).setdefault(m, []).append(float(v))
+    return {spec: {m: {"count": len(v), "median": float(np.median(v)),
+                       "cv_pct": float(100 * np.std(v) / np.mean(v)),
+                       "max_over_min": float(max(v) / min(v))}
+                   for m, v in per.items() if len(v) >= 3}
+            for spec, per in out.items()}
+
+
+def _noise_markdown(noise: dict) -> list[str]:
+    if not noise:
+        return []
+    lines = ["## Noise floor: reference configurations re-measured during the campaign", "",
+             "| reference | metric | measurements | median | CV % | max / min |", "|---|---|---|---|---|---|"]
+    for spec, per in noise.items():
+        for m, v in per.items():
+            lines.append(f"| `{spec[:60]}` | {m} | {v['count']} | {v['median']:.4g} | {v['cv_pct']:.1f} | "
+                         f"{v['max_over_min']:.2f} |")
+    return lines + [""]
 
 
 def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
