@@ -16,7 +16,16 @@ Layout (``schema_version`` 2)::
                    flops_total, metrics, notes} or null
     accuracy      split -> model -> metric -> {mape, within_10, count, spearman}
     created, provenance {command, notes}, mig_gpu
+    mode          "inference" | "train"   what one measurement was (optional: added
+                                          within version 2; absent means "inference")
+    step          {engine, definition, optimizer, precision, threads, peak_mem_method,
+                   dataset_device} or null: the training step a "train" predictor's
+                   labels timed (optional like ``mode``; required when mode is "train")
     <kind>        the section of that kind (see KIND_SECTIONS)
+
+Fields added within version 2 (``mode``, ``step``) carry a dataclass default
+that says what a manifest written before them meant; they are the only
+fields that may be absent. Every other field is required.
 
 Kinds: ``"seernet"`` (a GNN in ONNX: models, normalization baked in, session
 settings). Another kind adds its frozen dataclass to :data:`KIND_SECTIONS`;
@@ -197,6 +206,29 @@ class Provenance:
     notes: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class TrainStep:
+    """What one label of a training-step predictor timed (``mode`` ``"train"``).
+
+    ``definition`` is the step in words (forward, loss, backward, update);
+    ``engine`` the framework that ran it (``"torch"``), not onnxruntime;
+    ``peak_mem_method`` how its peak memory was read
+    (:mod:`perfseer_rt.profile.hostmem`); ``dataset_device`` the ``device``
+    field of its records.
+    """
+
+    engine: str
+    definition: str
+    optimizer: str
+    precision: str
+    threads: Union[int, None]
+    peak_mem_method: Union[str, None]
+    dataset_device: str
+
+
+#: Values of ``mode``: what one measured label is.
+MODES = ("inference", "train")
+
 #: kind -> the dataclass of its section (stored under the kind's name).
 KIND_SECTIONS: dict[str, type] = {"seernet": SeerNetSection}
 
@@ -217,6 +249,8 @@ class Manifest:
     provenance: Provenance
     mig_gpu: Union[str, None]
     section: Any  # the KIND_SECTIONS[kind] instance, stored under the kind's name
+    mode: str = "inference"  # added within version 2: absent = "inference"
+    step: Union[TrainStep, None] = None  # added within version 2; required for mode "train"
 
     @property
     def seernet(self) -> SeerNetSection:
@@ -230,9 +264,11 @@ class Manifest:
         return [m.name for m in self.metrics]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document (``global_`` written as ``global``)."""
+        """The JSON document (``global_`` written as ``global``; fields added
+        within version 2 left out at their defaults, as older manifests have them)."""
         doc = {f.name: _dump(getattr(self, f.name)) for f in dataclasses.fields(self)
-               if f.name != "section"}
+               if f.name != "section"
+               and not (f.default is not dataclasses.MISSING and getattr(self, f.name) == f.default)}
         doc[self.kind] = _dump(self.section)
         return doc
 
@@ -302,7 +338,9 @@ def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
     if not isinstance(doc, dict):
         raise ManifestError(f"{where or 'manifest'}: expected an object, got {type(doc).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    defaulted = {f.name for f in dataclasses.fields(cls)
+                 if f.default is not dataclasses.MISSING and _key(f.name) not in doc}
+    fields = [f.name for f in dataclasses.fields(cls) if f.name not in skip and f.name not in defaulted]
     prefix = f"{where}." if where else ""
     for f in fields:
         if _key(f) not in doc:
@@ -345,6 +383,13 @@ def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
 
 def _check(m: Manifest) -> None:
     """Cross-field rules the types cannot say."""
+    if m.mode not in MODES:
+        raise ManifestError(f"manifest field mode: {m.mode!r} is not one of {list(MODES)}")
+    if m.mode == "train" and m.step is None:
+        raise ManifestError("manifest field step is missing: a predictor of mode 'train' "
+                            "says which training step its labels timed")
+    if m.mode != "train" and m.step is not None:
+        raise ManifestError(f"manifest field step: set on a predictor of mode {m.mode!r}")
     if isinstance(m.section, SeerNetSection):
         names = [e.name for e in m.section.models]
         if m.section.default_model not in names:

@@ -147,6 +147,8 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
     for r in read_records(dataset_dir):
         if r.get("status") == "ok" and (device is None or r.get("device") == device):
             groups.setdefault((str(r.get("device")), str(r.get("graph_key", ""))), []).append(r)
+    if wanted is None or any(m.startswith("peak_mem") for m in wanted):
+        check_one_memory_method(dataset_dir, [r for rs in groups.values() for r in rs])
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
     for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
         graphs.update(read_graph_shard(shard))
@@ -169,6 +171,26 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
             split_arch=str(r.get("split_arch", "")), split_family=str(r.get("split_family", "")),
             key=key, extra={"device": dev, "repeats": len(rs)}))
     return samples
+
+
+def check_one_memory_method(where, records: Iterable[dict]) -> str | None:
+    """The one peak-memory method (``quality.peak_mem_method``) of ``records``
+    (None when none names one); the same guard as the campaign store's, for
+    inference and training-step records alike: peaks read another way (e.g.
+    ``vmhwm`` vs ``vmhwm+mmap64k``, see :mod:`perfseer_rt.profile.hostmem`)
+    are other labels and never train one predictor.
+
+    Raises:
+        DatasetError: naming the methods and how many records use each.
+    """
+    methods = Counter((r.get("quality") or {}).get("peak_mem_method") for r in records)
+    methods.pop(None, None)
+    if len(methods) > 1:
+        found = ", ".join(f"{m} ({n} records)" for m, n in sorted(methods.items()))
+        raise DatasetError(f"{where}: peak memory was measured with more than one method ({found}); "
+                           "they do not mix in one predictor: train on one method's records "
+                           "(--metrics without peak_mem_mb trains on time alone)")
+    return next(iter(methods), None)
 
 
 # ---------------------------------------------------------------------- splits

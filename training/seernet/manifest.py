@@ -66,7 +66,8 @@ def _accuracy(accuracy: dict) -> dict:
 def write_manifest(path: str | os.PathLike, *, device: str, description: str | dict,
                    metrics: Sequence[str], normalization: Normalization, models: list[dict],
                    training_data: dict | None, accuracy: dict, default_model: str | None = None,
-                   report: dict | None = None, mig_gpu: str | None = None) -> dict:
+                   report: dict | None = None, mig_gpu: str | None = None,
+                   mode: str = "inference", step: dict | None = None) -> dict:
     """Write ``manifest.json`` (atomically, after a strict parse) and return its content.
 
     Args:
@@ -81,6 +82,9 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
         report: provenance; ``command`` is the command that made it, the rest
             lands in ``provenance.notes``.
         mig_gpu: the GPU's MIG profile table (``perfseer_rt.predict.mig``), if any.
+        mode: ``"inference"`` or ``"train"`` (labels of one training step).
+        step: mode ``"train"``: the step its labels timed
+            (:class:`perfseer_rt.predict.manifest.TrainStep` fields).
     """
     report = dict(report or {})
     manifest: dict[str, Any] = {
@@ -96,6 +100,7 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "provenance": {"command": report.pop("command", None), "notes": report},
         "mig_gpu": mig_gpu,
+        **({"mode": mode, "step": step} if mode != "inference" or step is not None else {}),
         "seernet": {
             "models": models,
             "default_model": default_model or (models[0]["name"] if models else None),
