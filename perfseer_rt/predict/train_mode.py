@@ -22,11 +22,10 @@ from functools import lru_cache
 
 from perfseer_rt.errors import DeviceError
 from perfseer_rt.graph import layout
-from perfseer_rt.predict import local_cpu
+from perfseer_rt.predict import local_cpu, registry
 from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import MODES, ManifestError
-from perfseer_rt.predict.registry import (DEFAULT_DEVICES, MANIFEST, Predictor, get_predictor,
-                                          models_root, typed_manifest)
+from perfseer_rt.predict.registry import DEFAULT_DEVICES, MANIFEST, Predictor, typed_manifest
 
 #: The sub-folder of a device entry holding its training-step predictor.
 TRAIN_DIR = "train"
@@ -55,7 +54,7 @@ def train_predictors() -> dict[str, Predictor]:
         ManifestError: a train manifest that breaks the schema or is not of mode "train".
     """
     out: dict[str, Predictor] = {}
-    for path in sorted(models_root().glob(f"*/{TRAIN_DIR}/{MANIFEST}")):
+    for path in sorted(registry.models_root().glob(f"*/{TRAIN_DIR}/{MANIFEST}")):
         doc = json.loads(path.read_text())
         schema = typed_manifest(path, doc)
         if schema is None or schema.mode != "train":
@@ -80,7 +79,7 @@ def get_train_predictor(device: str | None) -> Predictor:
                               "`perfseer-rt devices` lists the inference ones")
         device = next((d for d in DEFAULT_DEVICES if d in found), sorted(found)[0])
     if device not in found:
-        get_predictor(device)  # an unknown device is named as such (with the known ones)
+        registry.get_predictor(device)  # an unknown device is named as such (with the known ones)
         have = ", ".join(sorted(found)) or "none installed"
         raise DeviceError(f"device {device!r} has no training-step predictor (--mode train); "
                           f"devices with one: {have}")
