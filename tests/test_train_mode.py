@@ -216,3 +216,14 @@ def test_train_mode_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_devices_names_the_training_step_predictor(shipped):
+    rows = {r["device"]: r for r in json.loads(
+        CliRunner().invoke(main, ["devices", "--json"]).output)}
+    assert rows["cpu-other-1t"]["train_mode"] is None
+    t = rows["cpu-test-1t"]["train_mode"]
+    assert [m["name"] for m in t["metrics"]] == TRAIN and t["metrics"][0]["test_mape_pct"] == 12.5
+    assert t["metrics"][1]["unit"] == "MiB" and "SGD" in t["description"]
+    text = CliRunner().invoke(main, ["devices"]).output
+    assert text.count("training step (--mode train)") == 1

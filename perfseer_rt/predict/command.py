@@ -197,8 +197,9 @@ def devices(as_json):
     """List the predictors (shipped and calibrated) with their test accuracy."""
     from perfseer_rt.cli import emit_json
     from perfseer_rt.predict.explain import device_rows
+    from perfseer_rt.predict.train_mode import summary
 
-    rows = device_rows()
+    rows = [{**r, "train_mode": summary(r["device"])} for r in device_rows()]
     if as_json:
         emit_json(rows)
         return
@@ -221,6 +222,12 @@ def devices(as_json):
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  "
                        f"{'cross-validated' if r.get('base') else 'test'} MAPE {mape}")
+        if r.get("train_mode"):
+            t = r["train_mode"]
+            click.echo(f"  training step (--mode train): {t['description']}")
+            for x in t["metrics"]:
+                mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
+                click.echo(f"    {x['name']:<18} [{x['unit']}]  test MAPE {mape}")
 
 
 def _judged(c: dict) -> str:

@@ -127,3 +127,14 @@ def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
         if text:
             m["meaning"] = text
     return result
+
+
+def summary(device: str) -> dict | None:
+    """``perfseer-rt devices``: the training-step predictor of ``device`` in brief
+    (what a step is, metrics with units and test MAPE); None when it has none."""
+    pred = train_predictors().get(device)
+    if pred is None:
+        return None
+    return {"description": description(pred),
+            "metrics": [{"name": m, "unit": pred.unit(m).replace("MB", "MiB"),
+                         "test_mape_pct": pred.test_accuracy(m).get("mape")} for m in pred.metrics]}
