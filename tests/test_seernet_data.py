@@ -114,3 +114,34 @@ def test_repeated_measurements_become_one_sample(tmp_path):
     assert merged.extra["repeats"] == 4
     assert merged.targets["latency_ms"] == float(np.median([first["metrics"]["latency_ms"], 1.0, 2.0, 30.0]))
     assert merged.targets["peak_mem_mb"] == first["metrics"]["peak_mem_mb"]
+
+
+def _as_train_records(root, methods):
+    """Rewrite a synthetic dataset as CPU training-step records (step_ms,
+    peak_mem_mb) whose peak memory was read with ``methods[i % len(methods)]``."""
+    path = root / "records" / "part0000.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, r in enumerate(recs):
+        r["kind"] = "train"
+        r["metrics"] = {"step_ms": r["metrics"].get("latency_ms", 1.0) * 3,
+                        "peak_mem_mb": r["metrics"].get("peak_mem_mb", 1.0)} if r["metrics"] else {}
+        r["quality"] = {"optimizer": "sgd", "peak_mem_method": methods[i % len(methods)]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_trainer_refuses_training_step_records_of_mixed_memory_methods(tmp_path):
+    root = write_synthetic_dataset(tmp_path / "ds", num_archs=6, batches=(1, 2))
+    _as_train_records(root, ["vmhwm", "vmhwm+mmap64k"])
+    with pytest.raises(data.DatasetError, match=r"vmhwm \(\d+ records\), vmhwm\+mmap64k"):
+        data.load_samples(root)
+    with pytest.raises(data.DatasetError, match="more than one method"):
+        data.load_samples(root, metrics=["step_ms", "peak_mem_mb"])
+    # time alone does not depend on how memory was read
+    assert {tuple(s.targets) for s in data.load_samples(root, metrics=["step_ms"])} == {("step_ms",)}
+
+
+def test_trainer_accepts_training_step_records_of_one_memory_method(tmp_path):
+    root = write_synthetic_dataset(tmp_path / "ds", num_archs=6, batches=(1, 2))
+    _as_train_records(root, ["vmhwm"])
+    samples = data.load_samples(root)
+    assert len(samples) == 12 and all(set(s.targets) == {"step_ms", "peak_mem_mb"} for s in samples)

@@ -85,7 +85,44 @@ def test_report_resume(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("resumed from") == 2
     report = json.loads((out / "report.json").read_text())
-    assert set(report["splits"]) == {"arch", "family"}
+    assert set(report["splits"]) == {"arch", "family", "real"}
+    assert "skipped" in report["splits"]["real"]  # synthetic families hold no published architectures
     assert report["splits"]["arch"]["models"]["seernet_multi"]["runs"]["latency_ms+peak_mem_mb"]["pcgrad"] is True
     assert main([*common, "--epochs", "3", "--resume", "--splits", "arch"]) == 0
     assert "resumed from" not in capsys.readouterr().err
+
+
+def test_per_batch_scores_split_the_test_set_by_batch():
+    from training.seernet.report import per_batch_scores
+
+    true = np.array([[10.0], [10.0], [20.0], [40.0]])
+    pred = np.array([[11.0], [9.0], [20.0], [20.0]])
+    out = per_batch_scores(pred, true, [1, 1, 2, 8], ["step_ms"])
+    assert list(out) == ["1", "2", "8"]
+    assert out["1"]["step_ms"]["mape"] == pytest.approx(10.0) and out["1"]["step_ms"]["count"] == 2
+    assert out["2"]["step_ms"]["mape"] == pytest.approx(0.0)
+    assert out["8"]["step_ms"]["mape"] == pytest.approx(50.0)
+
+
+def _train_record(**over):
+    rec = {"status": "ok", "kind": "train", "device": "cpu-x-1t-torch", "env": {"cpu_model": "X CPU"},
+           "provider": {"threads": 1}, "quality": {"optimizer": "sgd", "peak_mem_method": "vmhwm"}}
+    rec.update(over)
+    return rec
+
+
+def test_the_export_says_which_training_step_its_labels_timed():
+    from training.seernet.report import _mode_and_step
+
+    assert _mode_and_step([{"status": "ok", "metrics": {}}]) == ("inference", None)
+    mode, step = _mode_and_step([_train_record(), _train_record()])
+    assert mode == "train" and step["engine"] == "torch" and step["threads"] == 1
+    assert step["peak_mem_method"] == "vmhwm" and step["dataset_device"] == "cpu-x-1t-torch"
+    assert "SGD (momentum 0.9, lr 0.001)" in step["definition"] and "X CPU" in step["definition"]
+    with pytest.raises(data.DatasetError, match="inference and training steps do not train one"):
+        _mode_and_step([_train_record(), {"status": "ok", "kind": "inference"}])
+    with pytest.raises(data.DatasetError, match="more than one optimizer"):
+        _mode_and_step([_train_record(), _train_record(quality={"optimizer": "adam"})])
+    with pytest.raises(data.DatasetError, match="more than one method"):
+        _mode_and_step([_train_record(),
+                        _train_record(quality={"optimizer": "sgd", "peak_mem_method": "vmhwm+mmap64k"})])

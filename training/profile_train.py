@@ -249,7 +249,8 @@ def _measure_cpu(build, *, optimizer, lr, loss_fn, settings, threads, batch) -> 
             timing="perf_counter", **info,
             peak_mem_mb=(peak - baseline) / 1024 if peak and baseline else None,
             peak_mem_process_mb=peak / 1024 if peak else None,
-            peak_mem_method="vmhwm" if peak else None, notes=notes, **common)
+            peak_mem_method=hostmem.peak_method() if peak else None,  # "vmhwm": glibc's default
+            notes=notes, **common)
     except Exception as exc:
         status = "oom" if _is_oom(exc) else "error"
         return new_train_record(status=status, error=f"{type(exc).__name__}: {exc}"[:2000],

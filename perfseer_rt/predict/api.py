@@ -17,7 +17,7 @@ import numpy as np
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import explain, local_cpu, mig, uncertainty
+from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.manifest import MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
@@ -137,7 +137,7 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             model: str | None = None, precision: str | None = None,
-            dims: dict[str, int] | None = None) -> list[dict]:
+            dims: dict[str, int] | None = None, mode: str = "inference") -> list[dict]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -153,6 +153,8 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
             ``fp16-tc`` / ``bf16-tc`` (tensor-core assumption, see
             :mod:`perfseer_rt.gpu.predict`).
         dims: symbolic input dims by name, as for :func:`perfseer_rt.extract`.
+        mode: ``"inference"`` (default) or ``"train"``: one training step
+            (the device's training-step predictor, :mod:`.train_mode`).
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -160,13 +162,15 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         MIG-capable GPUs, else None) and ``warnings``.
 
     Raises:
-        DeviceError: unknown device. MetricError: a metric the device's
+        DeviceError: unknown device, unknown mode, or a device without a
+        training-step predictor for ``mode="train"``. MetricError: a metric the device's
         predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
     """
     if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
         models = [models]
     models = list(models)
-    pred = get_predictor(device)
+    pred = (train_mode.get_train_predictor(device) if train_mode.check_mode(mode) == "train"
+            else get_predictor(device))
     if pred.kind == "gpu-prior":
         return predict_gpu(pred, models, batch=batch, metrics=_wanted(pred, metrics),
                            input_shapes=input_shapes, precision=precision, dims=dims)
@@ -208,5 +212,5 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
-        results.append(explain.annotate(result, pred, model))
+        results.append(explain.annotate(train_mode.annotate(result, pred, model), pred, model))
     return results

@@ -122,7 +122,7 @@ def render_table(results: list[dict]) -> str:
 
 def predict_many(models: list[str], batches: list[int | None], *, device=None, metrics=None,
                  input_shapes=None, model_name=None, precision=None, dims=None,
-                 progress: bool | None = None) -> list[dict]:
+                 progress: bool | None = None, mode: str = "inference") -> list[dict]:
     """Predict every model at every batch size: extraction per (model, batch)
     with a progress bar on stderr when there are many, then one batched
     prediction. Results are in model-major order."""
@@ -131,8 +131,10 @@ def predict_many(models: list[str], batches: list[int | None], *, device=None, m
     from perfseer_rt.graph.extract import extract
     from perfseer_rt.predict.api import predict
     from perfseer_rt.predict.registry import get_predictor
+    from perfseer_rt.predict.train_mode import check_mode, get_train_predictor
 
-    get_predictor(device)  # an unknown device fails before any extraction
+    # an unknown device (or one without a training-step predictor) fails before any extraction
+    get_train_predictor(device) if check_mode(mode) == "train" else get_predictor(device)
     jobs = [(m, b) for m in models for b in batches]
     show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
@@ -140,7 +142,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device=None, m
               for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
                                file=sys.stderr)]
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision)
+                      precision=precision, mode=mode)
     for r, (m, _) in zip(results, jobs):
         r["model"] = m
     return results
@@ -168,16 +170,21 @@ _dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
 @click.option("--precision", type=click.Choice(["fp32", "fp16-tc", "bf16-tc"]), default=None,
               help="GPU-prior devices: fp32 (the data's, default) or fp16/bf16 scaled by the "
                    "tensor-core peak under a stated assumption.")
+@click.option("--mode", type=click.Choice(["inference", "train"]), default="inference",
+              show_default=True,
+              help="inference: one inference call; train: one training step (forward, loss, "
+                   "backward, optimizer update) with the device's training-step predictor.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
-def predict(models, batch, inputs, dims, device, metrics, model_name, precision, as_json):
+def predict(models, batch, inputs, dims, device, metrics, model_name, precision, mode, as_json):
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
     from perfseer_rt.cli import emit_json, parse_dims, parse_input_shapes
 
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
-                           model_name=model_name, precision=precision, dims=parse_dims(dims))
+                           model_name=model_name, precision=precision, dims=parse_dims(dims),
+                           mode=mode)
     if as_json:
         emit_json(results)
     else:
@@ -190,8 +197,9 @@ def devices(as_json):
     """List the predictors (shipped and calibrated) with their test accuracy."""
     from perfseer_rt.cli import emit_json
     from perfseer_rt.predict.explain import device_rows
+    from perfseer_rt.predict.train_mode import summary
 
-    rows = device_rows()
+    rows = [{**r, "train_mode": summary(r["device"])} for r in device_rows()]
     if as_json:
         emit_json(rows)
         return
@@ -214,6 +222,12 @@ def devices(as_json):
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  "
                        f"{'cross-validated' if r.get('base') else 'test'} MAPE {mape}")
+        if r.get("train_mode"):
+            t = r["train_mode"]
+            click.echo(f"  training step (--mode train): {t['description']}")
+            for x in t["metrics"]:
+                mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
+                click.echo(f"    {x['name']:<18} [{x['unit']}]  test MAPE {mape}")
 
 
 def _judged(c: dict) -> str:

@@ -17,7 +17,15 @@ with ``seernet.uncertainty`` and ``seernet.memory`` null, :func:`upgrade_v2`)::
                    flops_total, metrics, notes} or null
     accuracy      split -> model -> metric -> {mape, within_10, count, spearman}
     created, provenance {command, notes}, mig_gpu
+    mode          "inference" | "train"   what one measurement was
+    step          {engine, definition, optimizer, precision, threads, peak_mem_method,
+                   dataset_device} or null: the training step a "train" predictor's
+                   labels timed (required when mode is "train")
     <kind>        the section of that kind (see KIND_SECTIONS)
+
+Every field is required (null where empty). A version-2 document (which
+could leave out ``mode`` and ``step``, meaning "inference" and null) is
+upgraded on reading by :func:`upgrade_v2`.
 
 Kinds: ``"seernet"`` (a GNN in ONNX: models, normalization baked in, session
 settings). Another kind adds its frozen dataclass to :data:`KIND_SECTIONS`;
@@ -258,6 +266,29 @@ class Provenance:
     notes: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class TrainStep:
+    """What one label of a training-step predictor timed (``mode`` ``"train"``).
+
+    ``definition`` is the step in words (forward, loss, backward, update);
+    ``engine`` the framework that ran it (``"torch"``), not onnxruntime;
+    ``peak_mem_method`` how its peak memory was read
+    (:mod:`perfseer_rt.profile.hostmem`); ``dataset_device`` the ``device``
+    field of its records.
+    """
+
+    engine: str
+    definition: str
+    optimizer: str
+    precision: str
+    threads: Union[int, None]
+    peak_mem_method: Union[str, None]
+    dataset_device: str
+
+
+#: Values of ``mode``: what one measured label is.
+MODES = ("inference", "train")
+
 #: kind -> the dataclass of its section (stored under the kind's name).
 KIND_SECTIONS: dict[str, type] = {"seernet": SeerNetSection}
 
@@ -278,6 +309,8 @@ class Manifest:
     provenance: Provenance
     mig_gpu: Union[str, None]
     section: Any  # the KIND_SECTIONS[kind] instance, stored under the kind's name
+    mode: str
+    step: Union[TrainStep, None]
 
     @property
     def seernet(self) -> SeerNetSection:
@@ -291,9 +324,11 @@ class Manifest:
         return [m.name for m in self.metrics]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document (``global_`` written as ``global``)."""
+        """The JSON document (``global_`` written as ``global``; fields added
+        within version 2 left out at their defaults, as older manifests have them)."""
         doc = {f.name: _dump(getattr(self, f.name)) for f in dataclasses.fields(self)
-               if f.name != "section"}
+               if f.name != "section"
+               and not (f.default is not dataclasses.MISSING and getattr(self, f.name) == f.default)}
         doc[self.kind] = _dump(self.section)
         return doc
 
@@ -408,6 +443,13 @@ def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
 
 def _check(m: Manifest) -> None:
     """Cross-field rules the types cannot say."""
+    if m.mode not in MODES:
+        raise ManifestError(f"manifest field mode: {m.mode!r} is not one of {list(MODES)}")
+    if m.mode == "train" and m.step is None:
+        raise ManifestError("manifest field step is missing: a predictor of mode 'train' "
+                            "says which training step its labels timed")
+    if m.mode != "train" and m.step is not None:
+        raise ManifestError(f"manifest field step: set on a predictor of mode {m.mode!r}")
     if isinstance(m.section, SeerNetSection):
         names = [e.name for e in m.section.models]
         if m.section.default_model not in names:
@@ -458,8 +500,9 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 def upgrade_v2(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A schema-version-2 document as version 3: the same predictor, without
     intervals or memory parts (``seernet.uncertainty`` and ``seernet.memory``
-    null)."""
-    out = {**doc, "schema_version": SCHEMA_VERSION}
+    null); an absent ``mode``/``step`` (allowed in version 2) becomes
+    ``"inference"``/null, what it meant there."""
+    out = {"mode": "inference", "step": None, **doc, "schema_version": SCHEMA_VERSION}
     if isinstance(doc.get("seernet"), dict):
         section = dict(doc["seernet"])
         for name in ("uncertainty", "memory"):
@@ -500,7 +543,7 @@ def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": doc["metrics"], "training_data": training_data, "accuracy": accuracy,
         "created": doc["created"],
         "provenance": {"command": report.pop("command", None), "notes": report},
-        "mig_gpu": doc.get("mig_gpu"),
+        "mig_gpu": doc.get("mig_gpu"), "mode": "inference", "step": None,
         "seernet": {"models": models, "default_model": doc["default_model"],
                     "normalization": doc["normalization"],
                     "normalization_baked_in": doc["normalization_baked_in"],

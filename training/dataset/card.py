@@ -83,8 +83,13 @@ def card(dataset: str | Path) -> str:
                    "see `perfseer_rt/profile/hostmem.py`)." if methods else ".")
                 if kind == "inference" else
                 "one torch optimizer step (forward, loss, backward, SGD update) on the CPU, "
-                "1 thread; step time = median over the timed window; peak memory = peak RSS of "
-                "the measuring child process over its baseline, MiB."),
+                "1 thread, measured by the torch training engine (`training/profile_train.py`), "
+                "not onnxruntime; step time = median over the timed window; peak memory = peak "
+                "RSS (VmHWM) of the measuring child process over its RSS before the model was "
+                "built, MiB"
+                + (f" (`peak_mem_method` {', '.join(f'`{m}`' for m in sorted(methods))}: glibc's "
+                   "default mmap threshold, unlike the inference profiler's `vmhwm+mmap64k`; "
+                   "see `perfseer_rt/profile/hostmem.py`)." if methods else ".")),
         "- The campaign ran pinned to one core (`taskset -c 1`) while every other process on the "
         "machine was moved to the other core (`taskset -p -c 0`, repeated every few seconds); "
         "exports ran in a separate process on that other core. Real-time priority (`chrt`) was "

@@ -159,6 +159,8 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
     for r in read_records(dataset_dir):
         if r.get("status") == "ok" and (device is None or r.get("device") == device):
             groups.setdefault((str(r.get("device")), str(r.get("graph_key", ""))), []).append(r)
+    if wanted is None or any(m.startswith("peak_mem") for m in wanted):
+        check_one_memory_method(dataset_dir, [r for rs in groups.values() for r in rs])
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
     for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
         graphs.update(read_graph_shard(shard))
@@ -186,6 +188,26 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
             split_real=split_real(str(r["arch_id"]), str(r.get("family", "")), str(r.get("group") or "")),
             key=key, extra={"device": dev, "repeats": len(rs), "group": str(r.get("group") or "")}))
     return samples
+
+
+def check_one_memory_method(where, records: Iterable[dict]) -> str | None:
+    """The one peak-memory method (``quality.peak_mem_method``) of ``records``
+    (None when none names one); the same guard as the campaign store's, for
+    inference and training-step records alike: peaks read another way (e.g.
+    ``vmhwm`` vs ``vmhwm+mmap64k``, see :mod:`perfseer_rt.profile.hostmem`)
+    are other labels and never train one predictor.
+
+    Raises:
+        DatasetError: naming the methods and how many records use each.
+    """
+    methods = Counter((r.get("quality") or {}).get("peak_mem_method") for r in records)
+    methods.pop(None, None)
+    if len(methods) > 1:
+        found = ", ".join(f"{m} ({n} records)" for m, n in sorted(methods.items()))
+        raise DatasetError(f"{where}: peak memory was measured with more than one method ({found}); "
+                           "they do not mix in one predictor: train on one method's records "
+                           "(--metrics without peak_mem_mb trains on time alone)")
+    return next(iter(methods), None)
 
 
 # ---------------------------------------------------------------------- splits
@@ -249,29 +271,25 @@ def dataset_summary(samples: Sequence[GraphSample], metrics: Sequence[str]) -> d
 
 
 def _refuse_mixed(groups: dict[tuple[str, str], list[dict]]) -> None:
-    """One memory method and one CPU model per device, or :class:`DatasetError`.
+    """One CPU model per device, or :class:`DatasetError` (the memory method
+    is :func:`check_one_memory_method`'s).
 
-    A predictor learns what its labels measured: records of another peak-memory
-    method (``quality.peak_mem_method``) or another CPU model (``env``
-    vendor/family/model id) would teach it a different quantity. Records that
-    do not state a field are not compared on it.
+    A predictor learns the machine its labels were measured on: records of
+    another CPU model (``env`` vendor/family/model id) would teach it another
+    device. Records that do not state the CPU are not compared.
     """
-    seen: dict[tuple[str, str], tuple[object, str]] = {}
+    seen: dict[str, tuple[tuple, str]] = {}
     for (dev, key), rs in groups.items():
         for r in rs:
-            env, quality = r.get("env") or {}, r.get("quality") or {}
+            env = r.get("env") or {}
             cpu = tuple(env.get(k) for k in CPU_KEYS)
-            checks = {"peak_mem_method": quality.get("peak_mem_method")
-                      if "peak_mem_mb" in (r.get("metrics") or {}) else None,
-                      "cpu": cpu if all(v is not None for v in cpu) else None}
-            for what, value in checks.items():
-                if value is None:
-                    continue
-                first = seen.setdefault((dev, what), (value, key))
-                if first[0] != value:
-                    raise DatasetError(
-                        f"device {dev!r} mixes {what} {first[0]!r} (record {first[1]!r}) with "
-                        f"{value!r} (record {key!r}); keep each in its own dataset/device")
+            if any(v is None for v in cpu):
+                continue
+            first = seen.setdefault(dev, (cpu, key))
+            if first[0] != cpu:
+                raise DatasetError(
+                    f"device {dev!r} mixes cpu {first[0]!r} (record {first[1]!r}) with {cpu!r} "
+                    f"(record {key!r}); keep each CPU model in its own dataset/device")
 
 
 def _positive(v) -> bool:

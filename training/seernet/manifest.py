@@ -67,7 +67,8 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
                    metrics: Sequence[str], normalization: Normalization, models: list[dict],
                    training_data: dict | None, accuracy: dict, default_model: str | None = None,
                    report: dict | None = None, mig_gpu: str | None = None,
-                   uncertainty: dict | None = None, memory: dict | None = None) -> dict:
+                   uncertainty: dict | None = None, memory: dict | None = None,
+                   mode: str = "inference", step: dict | None = None) -> dict:
     """Write ``manifest.json`` (atomically, after a strict parse) and return its content.
 
     Args:
@@ -86,6 +87,9 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
             (:func:`training.seernet.uncertainty.calibrate`), if calibrated.
         memory: the ``seernet.memory`` section (peak-memory parts), if the
             model predicts the memory phases.
+        mode: ``"inference"`` or ``"train"`` (labels of one training step).
+        step: mode ``"train"``: the step its labels timed
+            (:class:`perfseer_rt.predict.manifest.TrainStep` fields).
     """
     report = dict(report or {})
     manifest: dict[str, Any] = {
@@ -101,6 +105,7 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "provenance": {"command": report.pop("command", None), "notes": report},
         "mig_gpu": mig_gpu,
+        "mode": mode, "step": step,
         "seernet": {
             "models": models,
             "default_model": default_model or (models[0]["name"] if models else None),

@@ -71,7 +71,8 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                model_names: Sequence[str] = models.MODEL_NAMES, splits: Sequence[str] = ("arch", "family"),
                cfg: TrainConfig | None = None, joint_baselines: bool = False,
                export_dir: str | Path | None = None, device: str | None = None,
-               checkpoints: bool = True, command: str = "", resume: bool = False) -> dict:
+               checkpoints: bool = True, command: str = "", resume: bool = False,
+               export_device: str | None = None) -> dict:
     """Everything the CLI does; returns the report dict (also in report.json)."""
     cfg = cfg or TrainConfig()
     out = Path(out)
@@ -85,8 +86,10 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
     metrics = list(metrics) if metrics else data.available_metrics(samples)
     for m in metrics:
         metric_unit(m)  # every metric must carry its unit
+    mode, step = _mode_and_step([r for r in data.read_records(dataset) if r.get("status") == "ok"
+                                 and (device is None or r.get("device") == device)])
     report: dict = {
-        "dataset": str(dataset), "command": command, "device": device,
+        "dataset": str(dataset), "command": command, "device": device, "mode": mode, "step": step,
         "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
         "data": data.dataset_summary(samples, metrics),
         "noise_floor": noise_floor(data.read_records(dataset), metrics),
@@ -116,7 +119,8 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                                                      "held_out") if k in shipped}
     report["summary_table"] = _summary(report, metrics)
     if export_dir is not None and shipped:
-        report["export"] = _export(Path(export_dir), shipped, metrics, report, device, dataset)
+        report["export"] = _export(Path(export_dir), shipped, metrics, report, device, dataset,
+                                   export_device)
     (out / "report.json").write_text(json.dumps(_strip(report), indent=1) + "\n")
     (out / "report.md").write_text(_markdown(report, metrics))
     return report
@@ -240,15 +244,13 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
         if name in SHIPPABLE:
             result_val[name] = _decode(norm, val_z, train_metrics, metrics)
         scores = {m: score(pred[:, i], test_true[:, i]) for i, m in enumerate(metrics)}
-        by_batch = {m: {int(b): score(pred[batches == b, i], test_true[batches == b, i])
-                        for b in sorted(set(batches.tolist()))} for i, m in enumerate(metrics)}
         mapes = [s["mape"] for s in scores.values() if s["mape"] is not None]
         result["models"][name] = {
             "display": models.DISPLAY[name],
             "parameters": (sum(v["parameters"] for v in info.values()) if info else None),
             "train_seconds": time.perf_counter() - t0,
-            "metrics": scores, "by_batch": by_batch,
-            "mean_mape": float(np.mean(mapes)) if mapes else None,
+            "metrics": scores, "mean_mape": float(np.mean(mapes)) if mapes else None,
+            "per_batch": per_batch_scores(pred, test_true, [s.batch for s in parts["test"]], metrics),
             "runs": info, "predictions": pred,
         }
         trained[name] = modules
@@ -268,6 +270,17 @@ def _decode(norm: Normalization, pred_z: np.ndarray, train_metrics: list[str],
     if len(pred_z):
         pred[:, [metrics.index(m) for m in train_metrics]] = norm.decode_targets(pred_z, train_metrics)
     return pred
+
+
+def per_batch_scores(pred: np.ndarray, true: np.ndarray, batches: Sequence[int],
+                     metrics: Sequence[str]) -> dict[str, dict[str, dict]]:
+    """``batch -> metric -> score`` (:func:`score`) of the test configurations
+    of each batch size: whether the predictor learned how a metric grows with
+    the batch shows here, not in the pooled MAPE."""
+    batches = np.asarray(batches)
+    return {str(b): {m: score(pred[batches == b, i], true[batches == b, i])
+                     for i, m in enumerate(metrics)}
+            for b in sorted(set(batches.tolist()))}
 
 
 def _run_config(name: str, cfg: TrainConfig) -> TrainConfig:
@@ -352,6 +365,14 @@ def _markdown(report: dict, metrics: list[str]) -> str:
              f"Dataset `{report['dataset']}`: {d['configurations']} configurations of "
              f"{d['architectures']} architectures; families "
              + ", ".join(f"{k} ({v})" for k, v in d["families"].items()) + ".", ""]
+    if report.get("step"):
+        st = report["step"]
+        lines += [f"Labels: {st['definition']}. Measured with the {st['engine']} training engine "
+                  "(`training/profile_train.py`), not onnxruntime; step time is the median step "
+                  "over the timed window (ms); peak memory is the measuring process's peak RSS over "
+                  f"its RSS before the model was built (MiB), memory method `{st['peak_mem_method']}` "
+                  "(`perfseer_rt/profile/hostmem.py`). Dataset device "
+                  f"`{st['dataset_device']}`.", ""]
     if report.get("command"):
         lines += ["Reproduce with:", "", "```", report["command"], "```", ""]
     lines += ["MAPE and the share of predictions within +-10 % of the measurement, on the test part of "
@@ -378,6 +399,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
             params = "trees" if r["parameters"] is None else f"{r['parameters']:,}"
             lines.append(f"| {r['display']} | {params} | {cells} | {_fmt(r['mean_mape'])} |")
         lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
+        lines += _per_batch_markdown(res, metrics, [n for n, _ in ranked])
     lines += _shipped_markdown(report, metrics)
     lines += _noise_markdown(report.get("noise_floor") or {})
     lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
@@ -457,6 +479,25 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
     return lines
 
 
+def _per_batch_markdown(res: dict, metrics: list[str], order: list[str]) -> list[str]:
+    """Per batch size: MAPE % of every model (test configurations of that batch)."""
+    names = [n for n in order if res["models"][n].get("per_batch")]
+    if not names:
+        return []
+    batches = sorted({b for n in names for b in res["models"][n]["per_batch"]}, key=int)
+    lines = []
+    for m in metrics:
+        lines += [f"{m} MAPE % per batch size (test configurations of that batch):", "",
+                  "| batch | configs | " + " | ".join(res["models"][n]["display"] for n in names) + " |",
+                  "|" + "---|" * (2 + len(names))]
+        for b in batches:
+            cells = [res["models"][n]["per_batch"].get(b, {}).get(m, {}) for n in names]
+            count = next((c.get("count") for c in cells if c.get("count")), 0)
+            lines.append(f"| {b} | {count} | " + " | ".join(_fmt(c.get("mape")) for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
 def _strip(obj):
     """report -> JSON: drop prediction arrays."""
     if isinstance(obj, dict):
@@ -470,8 +511,42 @@ def _strip(obj):
 
 
 # --------------------------------------------------------------------- export
+def _mode_and_step(records: list[dict]) -> tuple[str, dict | None]:
+    """``("train", step)`` for training-step records (``kind`` ``"train"``: one
+    torch optimizer step, :mod:`training.profile_train`), else
+    ``("inference", None)``; the step says what every label timed."""
+    kinds = {r.get("kind", "inference") for r in records}
+    if kinds != {"train"}:
+        if "train" in kinds:
+            raise data.DatasetError(f"records of kinds {sorted(kinds)}: inference and training "
+                                    "steps do not train one predictor")
+        return "inference", None
+
+    def one(values, what):
+        found = set(values) - {None}
+        if len(found) > 1:
+            raise data.DatasetError(f"training-step records with more than one {what}: {sorted(found)}")
+        return next(iter(found), None)
+
+    optimizer = one(((r.get("quality") or {}).get("optimizer") for r in records), "optimizer")
+    threads = one(((r.get("provider") or {}).get("threads") for r in records), "thread count")
+    method = data.check_one_memory_method("records", records)
+    dev = one((r.get("device") for r in records), "device")
+    cpu = one(((r.get("env") or {}).get("cpu_model") for r in records), "CPU")
+    update = {"sgd": "SGD (momentum 0.9, lr 0.001)", "adam": "Adam (lr 0.001)"}.get(optimizer,
+                                                                                  str(optimizer))
+    return "train", {
+        "engine": "torch", "optimizer": str(optimizer), "precision": "fp32", "threads": threads,
+        "peak_mem_method": method, "dataset_device": str(dev),
+        "definition": ("one torch training step on the CPU: zero_grad, forward, cross-entropy "
+                       f"loss against fixed labels, backward, {update} update; fp32"
+                       + (f", {threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "")
+                       + (f", {cpu}" if cpu else "")),
+    }
+
+
 def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, device: str | None,
-            dataset) -> dict:
+            dataset, export_device: str | None = None) -> dict:
     from training.seernet.export import export_seernet
     from training.seernet.manifest import model_entry, write_manifest
     from training.seernet.seernet import StackedPredictor
@@ -498,7 +573,8 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
     records = [r for r in data.read_records(dataset)
                if r.get("status") == "ok" and (device is None or r.get("device") == device)]
     env = next((r.get("env") for r in records), None)
-    name = device or export_dir.name
+    mode, step = report["mode"], report["step"]
+    name = export_device or device or export_dir.name
     files = [e["file"] for e in entries]
     uncertainty = None
     if "uncertainty" in shipped:
@@ -526,7 +602,7 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
                    metrics=train_metrics, normalization=norm, models=entries,
                    training_data=report["data"], accuracy=accuracy, default_model=shipped["default"],
                    report={"command": report["command"], "trained_on_split": shipped["scheme"]},
-                   uncertainty=uncertainty, memory=memory)
+                   uncertainty=uncertainty, memory=memory, mode=mode, step=step)
     return {"dir": str(export_dir), "files": files + ["manifest.json"]}
 
 
@@ -552,6 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--joint-baselines", action="store_true",
                    help="train each torch baseline once for all metrics (faster) instead of per metric")
     p.add_argument("--export-dir", help="export the arch-split SeerNets here with a manifest.json")
+    p.add_argument("--export-device", default=None, metavar="NAME",
+                   help="device name in the exported manifest (default: --device); e.g. the "
+                        "inference device a training-step predictor (exported_models/<device>/train) "
+                        "belongs to")
     p.add_argument("--no-checkpoints", action="store_true")
     p.add_argument("--resume", action="store_true",
                    help="reuse a checkpoint under OUT/checkpoints/<split>/ when it was trained with the same "
@@ -565,7 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     try:
         report = run_report(a.dataset, a.out, a.metrics, a.models, a.splits, cfg, a.joint_baselines,
-                            a.export_dir, a.device, not a.no_checkpoints, command, a.resume)
+                            a.export_dir, a.device, not a.no_checkpoints, command, a.resume,
+                            a.export_device)
     except data.DatasetError as exc:
         print(f"report: error: {exc}", file=sys.stderr)
         return 2
