@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfseer_rt.predict.manifest import (KIND_SECTIONS, ManifestError, parse_manifest,
-                                          read_manifest)
-
+from perfseer_rt.predict.manifest import KIND_SECTIONS, ManifestError, parse_manifest, read_manifest
 from perfseer_rt.predict.registry import PASS_THROUGH_KINDS
 
 ROOT = Path(__file__).parents[1]
@@ -112,7 +110,7 @@ def test_a_new_kind_carries_its_own_section(doc, monkeypatch):
     m = parse_manifest(new)
     assert m.section == Prior("roofline.json") and m.to_dict() == new
     with pytest.raises(ManifestError, match="kind 'gpu-prior', not a seernet"):
-        m.seernet
+        _ = m.seernet
     new["seernet"] = doc["seernet"]
     with pytest.raises(ManifestError, match="field seernet is not in schema"):
         parse_manifest(new)

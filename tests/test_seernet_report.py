@@ -11,8 +11,8 @@ import importlib.util
 import json
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 
 from training.seernet import data
 from training.seernet.export import export_checkpoints, run_onnx

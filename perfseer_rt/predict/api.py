@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict import explain, local_cpu, mig
 from perfseer_rt.predict.manifest import concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
-
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
 #: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
@@ -33,8 +32,9 @@ CHUNK_NODES = 2048
 
 
 @lru_cache(maxsize=8)
-def _session(path: str, threads: int):
+def _session(path: str, threads: int) -> Any:
     from perfseer_rt.install import check_onnxruntime
+
     # lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.profile.session import build_session
 
@@ -99,11 +99,11 @@ def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
     return wanted
 
 
-def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
+def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             model: str | None = None, precision: str | None = None,
-            dims: dict[str, int] | None = None) -> list[dict]:
+            dims: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:

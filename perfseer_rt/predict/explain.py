@@ -15,6 +15,7 @@ process's total.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from perfseer_rt.predict.registry import Predictor
 
@@ -95,7 +96,7 @@ def meaning(pred: Predictor, metric: str) -> str:
                         "(perfseer_rt/profile/record.py)")
 
 
-def predictor_info(pred: Predictor, model: str | None = None) -> dict:
+def predictor_info(pred: Predictor, model: str | None = None) -> dict[str, Any]:
     """The ``predictor`` block of a result."""
     name = model or pred.default_model
     entry = next((m for m in pred.model_entries if m["name"] == name), {})
@@ -117,7 +118,7 @@ def predictor_info(pred: Predictor, model: str | None = None) -> dict:
             "provenance": provenance, "description": device_description(pred)}
 
 
-def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
+def annotate(result: dict[str, Any], pred: Predictor, model: str | None = None) -> dict[str, Any]:
     """Complete ``result`` in place (and return it); keys present are kept."""
     result.setdefault("mode", pred.manifest.get("mode", "inference"))
     result.setdefault("predictor", predictor_info(pred, model))
@@ -130,7 +131,7 @@ def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
     return result
 
 
-def device_rows() -> list[dict]:
+def device_rows() -> list[dict[str, Any]]:
     """Every shipped predictor, described (``perfseer-rt devices --json``, GET /devices)."""
     from perfseer_rt.predict.local_cpu import local_cpu, matches_local
     from perfseer_rt.predict.registry import predictors

@@ -270,7 +270,7 @@ def _parse(tp: Any, value: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ManifestError(errors[0] if len(errors) == 1 else
                             f"{where}: {value!r:.60} is none of the allowed types")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _parse_fields(tp, value, where)
     if origin is tuple:
         if not isinstance(value, list):
@@ -359,7 +359,7 @@ def _check(m: Manifest) -> None:
                                     f"{list(e.input_order)}, expected {list(INPUT_NAMES)}")
 
 
-def read_manifest(path: str | os.PathLike) -> Manifest:
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read and parse ``manifest.json`` (errors name the file and the field)."""
     try:
         doc = json.loads(Path(path).read_text())

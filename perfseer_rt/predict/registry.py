@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import layout
@@ -34,7 +35,7 @@ class Predictor:
 
     device: str
     folder: Path
-    manifest: dict
+    manifest: dict[str, Any]
     user: bool = False  # a user entry (``perfseer-rt calibrate``), not shipped
     #: The typed manifest (:mod:`perfseer_rt.predict.manifest`, checked strictly at
     #: load) of a seernet predictor, shipped or calibrated; None for a kind the
@@ -47,7 +48,7 @@ class Predictor:
         cal = self.manifest.get("calibration") or {}
         return {m: Correction.from_dict(c) for m, c in (cal.get("corrections") or {}).items()}
 
-    def _models_section(self) -> dict:
+    def _models_section(self) -> dict[str, Any]:
         """The dict holding ``models`` and ``default_model``: the ``seernet``
         section (schema 2), else the manifest itself (gpu-prior)."""
         return self.manifest.get("seernet") or self.manifest
@@ -57,10 +58,10 @@ class Predictor:
         return [m["name"] for m in self.manifest["metrics"]]
 
     def unit(self, metric: str) -> str:
-        return next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric)
+        return str(next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric))
 
     @property
-    def model_entries(self) -> list[dict]:
+    def model_entries(self) -> list[dict[str, Any]]:
         return list(self._models_section()["models"])
 
     def model_file(self, name: str | None = None) -> Path:
@@ -69,7 +70,7 @@ class Predictor:
         if entry is None:
             raise PerfSeerError(f"device {self.device!r} has no model {name!r}; it has "
                                 f"{', '.join(self.model_names)}")
-        return self.folder / entry["file"]
+        return self.folder / str(entry["file"])
 
     @property
     def model_names(self) -> list[str]:
@@ -77,7 +78,7 @@ class Predictor:
 
     @property
     def default_model(self) -> str:
-        return self._models_section()["default_model"]
+        return str(self._models_section()["default_model"])
 
     @property
     def threads(self) -> int:
@@ -85,7 +86,7 @@ class Predictor:
         schema = self.schema
         return schema.seernet.session.intra_op_num_threads if schema else 1
 
-    def test_accuracy(self, metric: str, model: str | None = None) -> dict:
+    def test_accuracy(self, metric: str, model: str | None = None) -> dict[str, Any]:
         """A model's (default: the default model's) accuracy on the architecture
         split's test set, else the ``test`` split (``{"mape", "within_10", "count",
         ...}``; empty when not recorded)."""
@@ -97,7 +98,7 @@ class Predictor:
     def kind(self) -> str:
         """``"seernet"`` (a trained predictor, the default) or ``"gpu-prior"``
         (:mod:`perfseer_rt.gpu`: public kernel prior + spec sheet)."""
-        return self.manifest.get("kind", "seernet")
+        return str(self.manifest.get("kind", "seernet"))
 
     @property
     def mig_gpu(self) -> str | None:
@@ -148,7 +149,7 @@ PASS_THROUGH_KINDS = ("gpu-prior",)
 CALIBRATION_KEYS = ("calibration",)
 
 
-def typed_manifest(path: Path, doc: dict) -> Manifest | None:
+def typed_manifest(path: Path, doc: dict[str, Any]) -> Manifest | None:
     """``doc`` (read from ``path``) checked by the strict schema; None for a
     :data:`PASS_THROUGH_KINDS` manifest.
 

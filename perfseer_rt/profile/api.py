@@ -39,7 +39,7 @@ def finish_record(rec: dict[str, Any], device_id: int = 0, **env_extra: Any) -> 
     return rec
 
 
-def profile(model: str | os.PathLike | bytes, provider: str = "cpu", *,
+def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             batch: int | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             threads: int = 1, settings: MeasureSettings | None = None,

@@ -16,11 +16,13 @@ fresh one report the same peak for the same model.
 
 from __future__ import annotations
 
+from typing import Any
+
 from perfseer_rt import errors
 from perfseer_rt.profile.timing import MeasureSettings
 from perfseer_rt.profile.worker import serve
 
-_state: dict = {"hwm_reset": False}
+_state: dict[str, Any] = {"hwm_reset": False}
 
 
 def prime_onnxruntime() -> None:
@@ -35,7 +37,7 @@ def prime_onnxruntime() -> None:
     del handle
 
 
-def _hello() -> dict:
+def _hello() -> dict[str, Any]:
     import onnxruntime as ort
 
     from perfseer_rt.profile import hostmem
@@ -46,7 +48,7 @@ def _hello() -> dict:
     return {"hwm_reset": hostmem.reset_hwm() and hostmem.hwm_reset_works()}
 
 
-def _dispatch(req: dict) -> dict:
+def _dispatch(req: dict[str, Any]) -> dict[str, Any]:
     from perfseer_rt.profile import hostmem
 
     reset_ok = _state["hwm_reset"]
@@ -73,7 +75,7 @@ def _dispatch(req: dict) -> dict:
 
 
 def main() -> None:
-    def hello() -> dict:
+    def hello() -> dict[str, Any]:
         _state.update(_hello())
         return dict(_state)
 

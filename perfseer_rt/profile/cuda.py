@@ -49,7 +49,7 @@ def tiny_conv_model(opset: int = 17) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               ir_version=8)
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 def ensure_context(device_id: int = 0, provider_options: Mapping[str, Any] | None = None) -> None:
@@ -72,7 +72,7 @@ def ensure_context(device_id: int = 0, provider_options: Mapping[str, Any] | Non
     _context_ready.add(device_id)
 
 
-def bind_device(session: Any, feeds: Mapping[str, Any], device_id: int = 0):
+def bind_device(session: Any, feeds: Mapping[str, Any], device_id: int = 0) -> Any:
     """An IO binding with every input copied to and every output bound on the GPU."""
     import onnxruntime as ort
 
@@ -105,7 +105,7 @@ def measure_cuda(model: str, *, batch: int | None = None,
 
     settings = settings or CUDA_SETTINGS
     opts = {**(provider_options or {}), "device_id": device_id}
-    common = dict(provider_requested=provider_name("cuda"), batch=batch, model=str(model))
+    common: dict[str, Any] = dict(provider_requested=provider_name("cuda"), batch=batch, model=str(model))
     try:
         device = nvml.Device(device_id)
     except Exception as exc:

@@ -130,7 +130,7 @@ def preload_cuda_libraries() -> list[str]:
     return loaded
 
 
-def build_session(model: str | os.PathLike | bytes, provider: str = "cpu", *,
+def build_session(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
                   threads: int | None = 1, provider_options: dict[str, Any] | None = None,
                   strict: bool = True, log_severity: int = 3) -> SessionHandle:
     """Build an ``InferenceSession`` for measurement.

@@ -13,9 +13,7 @@ whose id hash falls in the first 20 % are the test rows.
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path

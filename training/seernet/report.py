@@ -257,7 +257,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
         lines += [head, "|" + "---|" * (3 + 2 * len(metrics))]
         ranked = sorted(res["models"].items(),
                         key=lambda kv: (kv[1]["mean_mape"] is None, kv[1]["mean_mape"]))
-        for name, r in ranked:
+        for _name, r in ranked:
             cells = " | ".join(f"{_fmt(r['metrics'][m]['mape'])} | {_fmt(r['metrics'][m]['within_10'], 1)}"
                                for m in metrics)
             params = "trees" if r["parameters"] is None else f"{r['parameters']:,}"
