@@ -37,6 +37,7 @@ from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict.api import run_predictor
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
+from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.worker import ProfileWorker
 
@@ -120,8 +121,6 @@ def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str =
     if base_pred.corrections:
         raise PerfSeerError(f"base {base!r} is itself a calibrated entry; pick a shipped device")
     if provider == "cuda":
-        from perfseer_rt.profile.api import check_cuda
-
         check_cuda()
     elif provider != "cpu":
         raise DeviceError(f"provider {provider!r}: expected cpu or cuda")

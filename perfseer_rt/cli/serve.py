@@ -28,7 +28,7 @@ from perfseer_rt.errors import PerfSeerError
 def serve(host: str, port: int, model_dir: Path | None, max_upload_mb: float, timeout_s: float,
           max_concurrency: int) -> None:
     """Serve predictions over HTTP/JSON (OpenAPI page at /docs)."""
-    try:  # the web stack is the [serve] extra, imported only here
+    try:  # deliberately lazy: the web stack is the [serve] extra, imported only here
         import uvicorn
 
         from perfseer_rt.serve.app import Settings, create_app

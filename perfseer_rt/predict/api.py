@@ -33,9 +33,8 @@ CHUNK_NODES = 2048
 
 @lru_cache(maxsize=8)
 def _session(path: str, threads: int) -> Any:
+    # deliberately lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.install import check_onnxruntime
-
-    # lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.profile.session import build_session
 
     check_onnxruntime()

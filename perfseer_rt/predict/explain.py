@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from perfseer_rt.predict.registry import Predictor
+from perfseer_rt.predict.local_cpu import local_cpu, matches_local
+from perfseer_rt.predict.registry import Predictor, predictors
 
 #: Manifests before 2026-11-23 wrote "MB" for memory measured in MiB.
 _UNIT_FIX = {"MB": "MiB"}
@@ -133,9 +134,6 @@ def annotate(result: dict[str, Any], pred: Predictor, model: str | None = None) 
 
 def device_rows() -> list[dict[str, Any]]:
     """Every shipped predictor, described (``perfseer-rt devices --json``, GET /devices)."""
-    from perfseer_rt.predict.local_cpu import local_cpu, matches_local
-    from perfseer_rt.predict.registry import predictors
-
     here = local_cpu()
     rows = []
     for name, pred in sorted(predictors().items()):

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from perfseer_rt import errors
+from perfseer_rt.profile import hostmem
+from perfseer_rt.profile.cpu import measure_cpu
+from perfseer_rt.profile.cuda import measure_cuda, tiny_conv_model
+from perfseer_rt.profile.session import build_session
 from perfseer_rt.profile.timing import MeasureSettings
 from perfseer_rt.profile.worker import serve
 
@@ -27,20 +33,13 @@ _state: dict[str, Any] = {"hwm_reset": False}
 
 def prime_onnxruntime() -> None:
     """Create and run one tiny CPU session, then drop it."""
-    import numpy as np
-
-    from perfseer_rt.profile.cuda import tiny_conv_model
-    from perfseer_rt.profile.session import build_session
-
     handle = build_session(tiny_conv_model(), "cpu", threads=1)
     handle.session.run(None, {"x": np.ones((1, 3, 32, 32), np.float32)})
     del handle
 
 
 def _hello() -> dict[str, Any]:
-    import onnxruntime as ort
-
-    from perfseer_rt.profile import hostmem
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     ort.set_default_logger_severity(3)
     hostmem.fix_mmap_threshold()  # steady peaks (hostmem's module doc); before any baseline
@@ -49,14 +48,10 @@ def _hello() -> dict[str, Any]:
 
 
 def _dispatch(req: dict[str, Any]) -> dict[str, Any]:
-    from perfseer_rt.profile import hostmem
-
     reset_ok = _state["hwm_reset"]
     settings = MeasureSettings.from_dict(req.get("settings"))
     shapes = req.get("input_shapes")
     if req["provider"] == "cpu":
-        from perfseer_rt.profile.cpu import measure_cpu
-
         baseline = hostmem.start_baseline() if reset_ok else hostmem.rss_kib()
         rec = measure_cpu(req["model"], batch=req.get("batch"), input_shapes=shapes,
                           threads=req.get("threads", 1), settings=settings,
@@ -66,8 +61,6 @@ def _dispatch(req: dict[str, Any]) -> dict[str, Any]:
                                 "peak includes start-up")
         return rec
     if req["provider"] == "cuda":
-        from perfseer_rt.profile.cuda import measure_cuda
-
         return measure_cuda(req["model"], batch=req.get("batch"), input_shapes=shapes,
                             settings=settings, provider_options=req.get("provider_options"),
                             device_id=req.get("device_id", 0))

@@ -30,7 +30,7 @@ MEM_POLL_S = 0.005     # memory polling period, seconds
 
 def nvml_module() -> Any:
     """Import and initialise pynvml; raises the NVML error when there is no driver."""
-    import pynvml
+    import pynvml  # deliberately lazy: imported (and initialised) only when a GPU is asked for
 
     pynvml.nvmlInit()
     return pynvml

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
 from perfseer_rt import errors
+from perfseer_rt.profile.cuda import CUDA_SETTINGS
 from perfseer_rt.profile.record import failure_record
 from perfseer_rt.profile.timing import MeasureSettings
 
@@ -291,7 +292,5 @@ class ProfileWorker:
 def default_settings(provider: str) -> MeasureSettings:
     """CPU: >= 10 runs and >= 0.5 s; CUDA: >= 10 runs and >= 1 s (NVML window)."""
     if provider == "cuda":
-        from perfseer_rt.profile.cuda import CUDA_SETTINGS
-
         return CUDA_SETTINGS
     return MeasureSettings()
