@@ -26,6 +26,7 @@ from perfseer_rt.gpu import features as F
 from perfseer_rt.gpu import memory, mig_advice
 from perfseer_rt.gpu.calibrate import Correction
 from perfseer_rt.gpu.kernels import Kernels, map_graph
+from perfseer_rt.gpu.manifest import GpuPriorManifest, parse_gpu_prior
 from perfseer_rt.gpu.prior import PROVENANCE, Prior, load_prior
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import PerfGraph, extract
@@ -47,14 +48,14 @@ FP32_NOTE = ("fp16/bf16 kernels are not in the prior's data (NeuSight, fp32 only
 class GpuPriorDevice:
     """One gpu-prior device entry: spec sheet, prior, overheads, calibration."""
 
-    def __init__(self, name: str, folder: Path, manifest: dict[str, Any]):
+    def __init__(self, name: str, folder: Path, manifest: dict[str, Any]) -> None:
         self.name, self.manifest = name, manifest
-        self.spec = GpuSpec.from_config(manifest["spec"])
-        self.prior: Prior = load_prior(str((folder / manifest["prior"]).resolve()))
-        self.launch_ms = float(manifest["kernel_launch_ms"])
-        cal = manifest.get("calibration")
-        self.correction = Correction(**cal) if cal else None
-        self.calibration_source = manifest.get("calibration_source")
+        self.typed: GpuPriorManifest = parse_gpu_prior(manifest)  # strict: ManifestError naming the field
+        self.spec = self.typed.gpu_spec
+        self.prior: Prior = load_prior(str((folder / self.typed.prior).resolve()))
+        self.launch_ms = self.typed.kernel_launch_ms
+        self.correction: Correction | None = self.typed.calibration
+        self.calibration_source = self.typed.calibration_source
 
     def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict[str, Any]]:
         """Total ms and ms per family of ``kernels`` on ``spec``."""

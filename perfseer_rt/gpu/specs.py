@@ -41,9 +41,8 @@ class GpuSpec:
     def to_config(self) -> dict[str, Any]:
         doc = {"Device": self.name, "Dev_Mem": self.mem_gb, "Mem_Bw": self.mem_bw_gbs,
                "Num_Sm": self.sms, "Core_Per_SM": self.cores_per_sm, "Freq": self.clock_mhz,
-               "SingleFLOPs": self.fp32_gflops, "L2Cache": self.l2_mb}
-        if self.tc16_gflops:
-            doc["TC16_FLOPs"] = self.tc16_gflops
+               "SingleFLOPs": self.fp32_gflops, "L2Cache": self.l2_mb,
+               "TC16_FLOPs": self.tc16_gflops or None}  # null: no tensor-core peak known
         return doc
 
     @property

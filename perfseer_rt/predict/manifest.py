@@ -28,9 +28,9 @@ registry (``perfseer_rt/predict/registry.py``):
   seernet manifest plus ``calibration``, ``device.base`` and
   ``accuracy.test_kind``: those are set aside and the rest is checked here;
 * kind ``"gpu-prior"`` (``exported_models/h100`` ...: spec sheet + public
-  kernel prior, schema ``perfseer-rt-predictor/1``) is passed through
-  (``registry.PASS_THROUGH_KINDS``) to :mod:`perfseer_rt.gpu`, which reads
-  it; giving it a section here (and migrating those manifests) is open.
+  kernel prior, layout ``perfseer-rt-predictor/1``) has its own strict schema,
+  :mod:`perfseer_rt.gpu.manifest`, read with :func:`parse_section`
+  (``registry.SEPARATE_SCHEMA_KINDS``); moving it under schema 2 is open.
 
 The ONNX predictor's inputs are built by :func:`concat_graphs` (training
 imports it), named :data:`INPUT_NAMES`, run with the manifest's
@@ -46,13 +46,14 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, TypeVar, Union
 
 import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
+_T = TypeVar("_T")
 SCHEMA_VERSION = 2
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
@@ -313,6 +314,16 @@ def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
                             f"{SCHEMA_VERSION}")
     values = {f: _parse(hints[f], doc[_key(f)], f"{prefix}{_key(f)}") for f in fields}
     return values if skip else cls(**values)
+
+
+def parse_section(cls: type[_T], doc: Any, where: str = "") -> _T:
+    """``doc`` as the frozen dataclass ``cls``, strictly (the reader of every
+    manifest kind; :mod:`perfseer_rt.gpu.manifest` uses it for gpu-prior entries).
+
+    Raises:
+        ManifestError: naming the missing, unknown or mistyped field.
+    """
+    return typing.cast(_T, _parse_fields(cls, doc, where))  # no skip: an instance of cls
 
 
 def parse_manifest(doc: Mapping[str, Any]) -> Manifest:

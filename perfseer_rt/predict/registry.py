@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
+from perfseer_rt.gpu.manifest import KIND as KIND_GPU_PRIOR
+from perfseer_rt.gpu.manifest import parse_gpu_prior
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import Manifest, ManifestError, parse_manifest
@@ -139,11 +141,10 @@ def shipped_predictors() -> dict[str, Predictor]:
     return out
 
 
-#: Kinds read outside the strict schema, by their own runtime (pass-through):
-#: ``gpu-prior`` manifests (``exported_models/h100`` ...) are read and checked by
-#: :class:`perfseer_rt.gpu.predict.GpuPriorDevice`. TODO: a ``gpu-prior`` section
-#: in :data:`perfseer_rt.predict.manifest.KIND_SECTIONS` and a migration.
-PASS_THROUGH_KINDS = ("gpu-prior",)
+#: Kinds with a strict schema of their own (same parser, another layout):
+#: ``gpu-prior`` manifests (``exported_models/h100`` ...), :mod:`perfseer_rt.gpu.manifest`,
+#: read by :class:`perfseer_rt.gpu.predict.GpuPriorDevice`.
+SEPARATE_SCHEMA_KINDS: dict[str, Callable[[Any], Any]] = {KIND_GPU_PRIOR: parse_gpu_prior}
 #: Keys a calibrated user entry (``perfseer-rt calibrate``) adds to its base's
 #: seernet manifest; the rest is checked by the strict schema.
 CALIBRATION_KEYS = ("calibration",)
@@ -151,7 +152,7 @@ CALIBRATION_KEYS = ("calibration",)
 
 def typed_manifest(path: Path, doc: dict[str, Any]) -> Manifest | None:
     """``doc`` (read from ``path``) checked by the strict schema; None for a
-    :data:`PASS_THROUGH_KINDS` manifest.
+    :data:`SEPARATE_SCHEMA_KINDS` manifest (checked strictly by its own schema).
 
     A calibrated entry is its base's seernet manifest plus ``calibration``,
     ``device.base`` and ``accuracy.test_kind``; those are set aside and the
@@ -160,7 +161,11 @@ def typed_manifest(path: Path, doc: dict[str, Any]) -> Manifest | None:
     Raises:
         ManifestError: naming the file and the field.
     """
-    if isinstance(doc, dict) and doc.get("kind") in PASS_THROUGH_KINDS:
+    if isinstance(doc, dict) and doc.get("kind") in SEPARATE_SCHEMA_KINDS:
+        try:
+            SEPARATE_SCHEMA_KINDS[doc["kind"]](doc)
+        except ManifestError as exc:
+            raise ManifestError(f"{path}: {exc}") from None
         return None
     if isinstance(doc, dict) and "calibration" in doc:
         doc = {k: v for k, v in doc.items() if k not in CALIBRATION_KEYS}
