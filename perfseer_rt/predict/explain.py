@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from perfseer_rt.predict.local_cpu import local_cpu, matches_local
+from perfseer_rt.predict import local_cpu
 from perfseer_rt.predict.registry import Predictor, predictors
 
 #: Manifests before 2026-11-23 wrote "MB" for memory measured in MiB.
@@ -134,7 +134,7 @@ def annotate(result: dict[str, Any], pred: Predictor, model: str | None = None) 
 
 def device_rows() -> list[dict[str, Any]]:
     """Every shipped predictor, described (``perfseer-rt devices --json``, GET /devices)."""
-    here = local_cpu()
+    here = local_cpu.local_cpu()
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
@@ -150,6 +150,6 @@ def device_rows() -> list[dict[str, Any]]:
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
-                     "local_cpu_match": matches_local(m, here),
+                     "local_cpu_match": local_cpu.matches_local(m, here),
                      "configurations": (m.get("training_data") or {}).get("configurations")})
     return rows
