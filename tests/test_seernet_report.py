@@ -72,6 +72,7 @@ def test_report_end_to_end(tmp_path, capsys):
     np.testing.assert_allclose(run_onnx(again, **a), y, rtol=1e-5)
 
 
+@pytest.mark.slow  # trains the report's models end to end (~17 s on the loaded 2-core machine)
 def test_report_resume(tmp_path, capsys):
     """Splits trained by separate runs merge into one report with --resume;
     a checkpoint trained with other settings is retrained, not reused."""
