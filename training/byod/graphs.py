@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 from perfseer_rt.graph import PerfGraph, extract, layout
 from training.byod import nb201_eager
 from training.byod.strip import strip_file
+from training.zoo import export_onnx, family_names, parse_spec, to_spec
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 
@@ -57,8 +58,6 @@ class ModelRef:
 
 def looks_like_spec(text: str) -> bool:
     """A zoo spec (``family:...`` or config JSON) rather than a file path."""
-    from training.zoo import family_names
-
     t = text.strip()
     if t.startswith("{"):
         return True
@@ -73,8 +72,6 @@ def resolve(text: str, base: Path) -> ModelRef:
         ValueError: not a zoo spec and no such ONNX file (the caller adds the row);
             a bad spec raises the zoo's ``SpecError`` (a ``ValueError``).
     """
-    from training.zoo import parse_spec, to_spec
-
     t = text.strip()
     if t.startswith(nb201_eager.PREFIX + ":"):
         cell = nb201_eager.canonical(t.partition(":")[2])
@@ -150,8 +147,6 @@ class GraphCache:
         return path
 
     def _export(self, ref: ModelRef, path: Path) -> None:
-        from training.zoo import export_onnx, parse_spec
-
         t0 = time.perf_counter()
         if ref.kind == "nb201-eager":
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
