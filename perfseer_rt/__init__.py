@@ -10,8 +10,8 @@ a prediction runs).
 
 from importlib.metadata import PackageNotFoundError, version
 
-from perfseer_rt.errors import PerfSeerError
 from perfseer_rt import predict
+from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
 
 try:

@@ -232,7 +232,8 @@ def test_calibrate_csv_refusals(tmp_path, capsys, monkeypatch):
     few = write(tmp_path / "few.csv", "cell,latency_ms\n" + "\n".join(f"{c},{v}" for c, v in CELLS[:4]) + "\n")
     base = ["calibrate", "--csv", str(few), "--model-column", "cell", "--model-format", "nb201:{}",
             "--cache", str(tmp_path / "c")]
-    for extra, needle in ((["--metric", "latency_ms", "--device", "d"], "4 measured rows; calibration needs at least 10"),
+    for extra, needle in ((["--metric", "latency_ms", "--device", "d"],
+                           "4 measured rows; calibration needs at least 10"),
                           (["--metric", "energy_mj", "--device", "d"], "cannot calibrate energy_mj"),
                           (["--metric", "latency_ms", "--device", "cpu-amd-epyc-1t"], "is a shipped device"),
                           (["--metric", "latency_ms", "--device", "d", "--base", "nosuch"], "unknown device 'nosuch'")):

@@ -3,7 +3,6 @@ memory measured on this CPU (perfseer_rt.profile) with the shipped CPU
 predictor."""
 
 import json
-import math
 
 import numpy as np
 import onnx

@@ -41,6 +41,7 @@ def test_extract_json(model_path):
 
 def test_extract_input_option(tmp_path):
     from onnx import helper
+
     from tests.onnx_builders import model
     m = model([helper.make_node("Relu", ["ids"], ["y"])], [("ids", ["B", "S"])], [("y", None)])
     p = tmp_path / "dyn.onnx"
@@ -83,6 +84,7 @@ def test_inspect(model_path):
 
 def test_unknown_op_warning(tmp_path):
     from onnx import helper
+
     from tests.onnx_builders import model
     nodes = [helper.make_node("Mystery", ["x"], ["y"], domain="org.x", name="m")]
     p = tmp_path / "u.onnx"
@@ -103,6 +105,7 @@ def test_bad_input_one_line_exit_2_no_traceback(tmp_path, case):
         p.write_bytes(data[: len(data) // 2])
     elif case == "dynamic":
         from onnx import helper
+
         from tests.onnx_builders import model
         onnx.save(model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["B", "T"])],
                         [("y", None)]), p)

@@ -8,16 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from perfseer_rt.predict.manifest import (KIND_SECTIONS, ManifestError, parse_manifest,
-                                          read_manifest)
-
-from perfseer_rt.predict.registry import PASS_THROUGH_KINDS
+from perfseer_rt.predict.manifest import KIND_SECTIONS, ManifestError, parse_manifest, read_manifest
+from perfseer_rt.predict.registry import SEPARATE_SCHEMA_KINDS
 
 ROOT = Path(__file__).parents[1]
 ALL_SHIPPED = sorted((ROOT / "exported_models").glob("*/manifest.json"))
-#: Those under the strict schema; the rest are pass-through kinds (gpu-prior).
+#: Those under the strict schema; the rest have their own schema (gpu-prior).
 SHIPPED = [p for p in ALL_SHIPPED
-           if json.loads(p.read_text()).get("kind") not in PASS_THROUGH_KINDS]
+           if json.loads(p.read_text()).get("kind") not in SEPARATE_SCHEMA_KINDS]
 
 
 @pytest.fixture()
@@ -40,7 +38,7 @@ def test_every_shipped_manifest_is_typed_or_a_named_pass_through_kind():
     preds = registry.predictors()
     assert len(preds) >= len(ALL_SHIPPED) and SHIPPED
     for pred in preds.values():
-        if pred.kind in PASS_THROUGH_KINDS:
+        if pred.kind in SEPARATE_SCHEMA_KINDS:
             assert pred.schema is None
         else:
             assert pred.schema is not None and pred.schema.kind == pred.kind == "seernet"
@@ -112,7 +110,7 @@ def test_a_new_kind_carries_its_own_section(doc, monkeypatch):
     m = parse_manifest(new)
     assert m.section == Prior("roofline.json") and m.to_dict() == new
     with pytest.raises(ManifestError, match="kind 'gpu-prior', not a seernet"):
-        m.seernet
+        _ = m.seernet
     new["seernet"] = doc["seernet"]
     with pytest.raises(ManifestError, match="field seernet is not in schema"):
         parse_manifest(new)

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 from benchmarks.nb201 import fewshot, protocol  # noqa: E402
 from benchmarks.nb201.cli import main  # noqa: E402
 from benchmarks.nb201.help_data import device_batch, load_help, parse_batches  # noqa: E402
-from training.byod.errors import ByodError  # noqa: E402
 from tests.test_byod import CELLS  # noqa: E402
+from training.byod.errors import ByodError  # noqa: E402
 
 
 def test_pool_and_test_sets_are_helps():

@@ -6,7 +6,6 @@ data inputs + weights + outputs (float32: 4 bytes per element).
 
 import numpy as np
 import pytest
-
 from onnx import helper
 
 from perfseer_rt import extract

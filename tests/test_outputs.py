@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 import perfseer_rt
 from perfseer_rt.cli import main
-from perfseer_rt.predict.command import parse_batches, render_table
+from perfseer_rt.cli.predict import render_table
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.predict.many import parse_batches
 
 EXAMPLE = "examples/resnet18.onnx"
 DEVICE = "cpu-amd-epyc-1t"

@@ -68,7 +68,7 @@ def test_predict_contract(shipped, tmp_path):
     [r] = api.predict(p, batch=4)
     assert r["device"] == "testgpu" and r["batch"] == 4 and r["model"] == str(p)
     assert set(r["metrics"]) == set(METRICS)
-    assert r["metrics"]["latency_ms"]["unit"] == "ms" and r["metrics"]["peak_mem_mb"]["unit"] == "MiB"  # the manifest says "MB"; the profiler measures MiB
+    assert r["metrics"]["latency_ms"]["unit"] == "ms" and r["metrics"]["peak_mem_mb"]["unit"] == "MiB"  # the manifest says "MB"; the profiler measures MiB  # noqa: E501 (a command line / table row / spec kept whole)
     assert all(np.isfinite(m["value"]) and m["value"] > 0 for m in r["metrics"].values())
     assert r["warnings"] == []
     # MIG: margin = 2 x the manifest's memory MAPE (7.5 %) = 15 %

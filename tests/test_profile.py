@@ -13,10 +13,18 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import DeviceError, ModelLoadError, ShapeError
-from perfseer_rt.profile import (RECORD_FIELDS, MeasureSettings, ProfileWorker, build_session,
-                                 classify_failure, latency_stats, make_inputs, profile,
-                                 resolve_shapes)
-from perfseer_rt.profile import hostmem
+from perfseer_rt.profile import (
+    RECORD_FIELDS,
+    MeasureSettings,
+    ProfileWorker,
+    build_session,
+    classify_failure,
+    hostmem,
+    latency_stats,
+    make_inputs,
+    profile,
+    resolve_shapes,
+)
 
 FAST = MeasureSettings(min_runs=5, min_time_s=0.05, max_time_s=2.0, warmup_runs=1,
                        warmup_time_s=0.0)
@@ -322,7 +330,7 @@ def test_latency_stats_and_failure_classes():
 
 def test_profile_package_imports_no_torch():
     code = ("import sys, perfseer_rt.profile, perfseer_rt.profile.cuda, perfseer_rt.profile.child, "
-            "perfseer_rt.profile.nvml, perfseer_rt.profile.command\n"
+            "perfseer_rt.profile.nvml, perfseer_rt.cli.profile\n"
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

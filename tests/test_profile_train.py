@@ -9,8 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from perfseer_rt.profile import MeasureSettings, hostmem  # noqa: E402
-from training.profile_train import (TRAIN_FIELDS, _is_oom, default_loss,  # noqa: E402
-                                    finish_train_record, measure_train_step)
+from training.profile_train import (  # noqa: E402
+    TRAIN_FIELDS,
+    _is_oom,
+    default_loss,
+    finish_train_record,
+    measure_train_step,
+)
 
 FAST = MeasureSettings(min_runs=5, min_time_s=0.05, max_time_s=2.0, warmup_runs=1,
                        warmup_time_s=0.0)

@@ -11,8 +11,8 @@ import importlib.util
 import json
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 
 from training.seernet import data
 from training.seernet.export import export_checkpoints, run_onnx
@@ -72,6 +72,7 @@ def test_report_end_to_end(tmp_path, capsys):
     np.testing.assert_allclose(run_onnx(again, **a), y, rtol=1e-5)
 
 
+@pytest.mark.slow  # trains the report's models end to end (~17 s on the loaded 2-core machine)
 def test_report_resume(tmp_path, capsys):
     """Splits trained by separate runs merge into one report with --resume;
     a checkpoint trained with other settings is retrained, not reused."""

@@ -1,7 +1,6 @@
 """``perfseer-rt serve`` against a live server: uvicorn started as a
 subprocess on 127.0.0.1 (a free port), spoken to with httpx."""
 
-import os
 import subprocess
 import sys
 import time

@@ -38,7 +38,8 @@ def log(msg: str) -> None:
 
 
 def run(csv: str | None, out: Path, test: Sequence[str], validation: Sequence[str], draws: int,
-        cache: Path, command: str, cfg: fewshot.PretrainConfig = fewshot.PretrainConfig()) -> dict:
+        cache: Path, command: str, cfg: fewshot.PretrainConfig | None = None) -> dict:
+    cfg = cfg or fewshot.PretrainConfig()
     t_start = time.perf_counter()
     data = load_help(csv)
     for d in [*test, *validation]:
@@ -107,7 +108,7 @@ def markdown(r: dict, data: HelpData) -> str:
          "10 samples, which was measured on its own test devices), "
          + ", ".join(f"{k if int(k) < 900 else 'all 720'}: {v['spearman']:.3f}" for k, v in r["mean"].items()
                      if k != "10") + f"; mean and spread over {r['draws']} random draws of the k samples.",
-         f"- Test devices, never seen in pre-training or in choosing any setting: "
+         "- Test devices, never seen in pre-training or in choosing any setting: "
          + ", ".join(f"{d} ({DEVICES.get(d, ('?', 0, d))[2]})" for d in r["devices"]) + ". "
          "The HELP data holds no accelerator (FPGA, Edge TPU, Eyeriss are not in `../shared`), so the "
          "kinds covered are GPU (batch 1 and 256), CPU and phone.",

@@ -33,9 +33,9 @@ from typing import Sequence
 
 import numpy as np
 
-from perfseer_rt.graph import layout
 from benchmarks.nb201 import protocol
 from benchmarks.nb201.help_data import DEVICES, HelpData, device_batch, load_help, parse_batches
+from perfseer_rt.graph import layout
 from training.byod.errors import ByodError
 from training.byod.graphs import GraphCache, graphs_for, resolve
 from training.seernet.sample import GraphSample, from_perfgraph
@@ -165,7 +165,8 @@ def _export_device(device: str, fitted, samples: Samples, data: HelpData, acc: d
                               "trimmed to the 10..90 % latency band",
                     "domain": "NAS-Bench-201 CIFAR-10 networks only"})
     write_manifest(out / "manifest.json", device=f"nb201-{device}",
-                   description=f"{DEVICES.get(device, ('', 0, device))[2]}; latencies measured by others (HELP / BRP-NAS), "
+                   description=f"{DEVICES.get(device, ('', 0, device))[2]}; "
+                               "latencies measured by others (HELP / BRP-NAS), "
                                "PyTorch NAS-Bench-201 networks",
                    metrics=fitted.metrics, normalization=fitted.norm, models=[entry],
                    training_data=summary,
@@ -180,7 +181,8 @@ def _export_device(device: str, fitted, samples: Samples, data: HelpData, acc: d
 def write_device_report(out: Path, device: str, acc: dict) -> None:
     """The short ``report.md`` beside a shipped ``nb201-<device>`` predictor."""
     (out / "report.md").write_text(
-        f"# Predictor for `nb201-{device}`\n\n{DEVICES.get(device, ('', 0, device))[2]}. SeerNet (paper 001) trained on the 720 "
+        f"# Predictor for `nb201-{device}`\n\n{DEVICES.get(device, ('', 0, device))[2]}. "
+        "SeerNet (paper 001) trained on the 720 "
         "trimmed pool architectures (0..899) of HELP's NAS-Bench-201 latencies, measured by others with "
         "NAS-Bench-201's PyTorch networks; graphs as that code executes them (`nb201-eager:<cell>`).\n\n"
         f"Test (architectures 900..1899, 10..90 % trim, {acc['count']} networks): Spearman "
@@ -351,7 +353,8 @@ def run_benchmark(args, cfg: TrainConfig, cache: GraphCache, command: str) -> di
     timings["graphs"] = time.perf_counter() - t0
     log(f"graphs ready: {len(data.cells)} architectures at batch {sorted(samples.by_batch)} "
         f"({cache.exports} exported now, {cache.export_seconds:.0f} s)")
-    results: dict = {"graphs": samples.variant, "protocol": {"pool": "architectures 0..899", "test": "architectures 900..1899",
+    results: dict = {"graphs": samples.variant, "protocol": {"pool": "architectures 0..899",  # noqa: E501
+                                  "test": "architectures 900..1899",
                                   "trim": "per device and set: sorted positions int(0.1 n)..int(0.9 n)",
                                   "metric": "Spearman rank correlation on the trimmed test set; MAPE and "
                                             "share within +-10 % on the same set"},

@@ -41,7 +41,7 @@ from training.seernet.normalization import Normalization
 from training.seernet.sample import GraphSample
 from training.seernet.seernet import SeerNetConfig
 from training.seernet.seernet_multi import SeerNetMulti
-from training.seernet.train import PreparedSet, TrainConfig, prepare, set_seed, train_model
+from training.seernet.train import TrainConfig, prepare, set_seed, train_model
 
 ALPHAS = np.logspace(-3, 4, 29)
 

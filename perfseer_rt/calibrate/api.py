@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,9 +34,10 @@ from perfseer_rt.calibrate.reference import Reference, materialize, references
 from perfseer_rt.calibrate.store import check_name, write_entry
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.api import run_predictor
-from perfseer_rt.predict.registry import get_predictor, shipped_predictors, user_root
+from perfseer_rt.predict.correction import Correction
+from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
+from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.worker import ProfileWorker
 
@@ -53,7 +54,7 @@ class CalibrationResult:
     folder: Path
     base: str
     corrections: dict[str, Correction]
-    measured: list[dict] = field(default_factory=list)  # per reference model: name, batch, metric values
+    measured: list[dict[str, Any]] = field(default_factory=list)  # per reference model: name, batch, metric values
     seconds: float = 0.0
 
     @property
@@ -68,7 +69,7 @@ def default_name(provider: str = "cpu") -> str:
     return f"local-{provider}"
 
 
-def _measure(refs: Sequence[Reference], provider: str, progress: Callable | None) -> list[dict]:
+def _measure(refs: Sequence[Reference], provider: str, progress: Callable[..., Any] | None) -> list[dict[str, Any]]:
     rows = []
     with ProfileWorker(provider) as worker, tempfile.TemporaryDirectory(prefix="perfseer-calibrate-") as tmp:
         for i, ref in enumerate(refs):
@@ -89,7 +90,7 @@ def _measure(refs: Sequence[Reference], provider: str, progress: Callable | None
 
 
 def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str = "cpu",
-              out: str | os.PathLike | None = None, refs: Sequence[Reference] | None = None,
+              out: str | os.PathLike[str] | None = None, refs: Sequence[Reference] | None = None,
               overwrite: bool = False, progress: Callable[[int, int, str], None] | None = None
               ) -> CalibrationResult:
     """Profile the reference models here and write a calibrated entry.
@@ -120,8 +121,6 @@ def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str =
     if base_pred.corrections:
         raise PerfSeerError(f"base {base!r} is itself a calibrated entry; pick a shipped device")
     if provider == "cuda":
-        from perfseer_rt.profile.api import check_cuda
-
         check_cuda()
     elif provider != "cpu":
         raise DeviceError(f"provider {provider!r}: expected cpu or cuda")
@@ -143,8 +142,9 @@ def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str =
     return res
 
 
-def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph], rows: Sequence[dict],
-                                folder: str | os.PathLike, overwrite: bool = False, env: dict | str | None = None,
+def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph], rows: Sequence[dict[str, Any]],
+                                folder: str | os.PathLike[str], overwrite: bool = False,
+                                env: dict[str, Any] | str | None = None,
                                 how: str = "") -> CalibrationResult:
     """Fit the corrections of ``base`` on measured ``rows`` (dicts with the
     metric names as keys, in the base predictor's units) of models whose
@@ -173,8 +173,9 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     return CalibrationResult(name, Path(folder), base, corrections)
 
 
-def _manifest(name: str, base_pred, corrections: dict[str, Correction], env: dict | str | None, how: str,
-              rows: Sequence[dict]) -> dict:
+def _manifest(name: str, base_pred: Predictor, corrections: dict[str, Correction],
+              env: dict[str, Any] | str | None, how: str,
+              rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     doc = {k: v for k, v in base_pred.manifest.items() if k not in ("accuracy", "report")}
     if isinstance(doc.get("seernet"), dict):  # the base's intervals do not hold for another device
         doc["seernet"] = {**doc["seernet"], "uncertainty": None}

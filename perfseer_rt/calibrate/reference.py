@@ -73,4 +73,4 @@ def materialize(path: str | Path, seed: int = 0) -> bytes:
     for t in tensors:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             _fill(t, rng)
-    return proto.SerializeToString()
+    return bytes(proto.SerializeToString())

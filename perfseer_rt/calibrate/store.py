@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from perfseer_rt.errors import PerfSeerError
 
@@ -27,7 +28,7 @@ def check_name(name: str) -> None:
                             "(at most 64, starting with a letter or digit)")
 
 
-def write_entry(folder: Path, manifest: dict, model_files: dict[str, Path], overwrite: bool = False) -> Path:
+def write_entry(folder: Path, manifest: dict[str, Any], model_files: dict[str, Path], overwrite: bool = False) -> Path:
     """Write ``manifest.json`` and copies of ``model_files`` (name -> source)
     into ``folder`` atomically: everything goes to a temporary folder beside it,
     renamed into place at the end; nothing is left behind on failure.

@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,11 +37,11 @@ class Correction:
         p = np.maximum(np.asarray(predicted_ms, np.float64), 1e-12)
         return np.exp(self.alpha + self.beta * np.log(p))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def fit_correction(predicted_ms, measured_ms) -> Correction:
+def fit_correction(predicted_ms: Any, measured_ms: Any) -> Correction:
     """Fit a correction from paired latencies (ms, both > 0).
 
     Raises:
@@ -65,7 +66,7 @@ def fit_correction(predicted_ms, measured_ms) -> Correction:
                       mape(corr.apply(p), m))
 
 
-def write_calibration(manifest_path: str | os.PathLike, correction: Correction,
+def write_calibration(manifest_path: str | os.PathLike[str], correction: Correction,
                       source: str) -> None:
     """Store ``correction`` in a gpu-prior device manifest (atomically);
     ``source`` says which records it was fitted on."""
@@ -78,7 +79,7 @@ def write_calibration(manifest_path: str | os.PathLike, correction: Correction,
     atomic_write_bytes(path, json.dumps(doc, indent=1).encode())
 
 
-def mape(pred, meas) -> float:
+def mape(pred: Any, meas: Any) -> float:
     """Mean absolute percentage error, %."""
     pred, meas = np.asarray(pred, np.float64), np.asarray(meas, np.float64)
     return float(np.mean(np.abs(pred - meas) / meas) * 100.0)

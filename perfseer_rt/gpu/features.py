@@ -25,6 +25,8 @@ Families and their shape keys (arrays, one value per kernel):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from perfseer_rt.gpu.specs import GpuSpec
@@ -55,8 +57,8 @@ def roofline_ms(flops: np.ndarray, nbytes: np.ndarray, spec: dict[str, np.ndarra
     return np.maximum(t_c, t_m)
 
 
-def _l2(x):
-    return np.log2(np.maximum(x, 1e-12))
+def _l2(x: Any) -> np.ndarray:
+    return np.asarray(np.log2(np.maximum(x, 1e-12)))
 
 
 def feature_names(family: str) -> list[str]:
@@ -101,7 +103,7 @@ def features(family: str, shape: dict[str, np.ndarray], spec: dict[str, np.ndarr
 
 
 # ---------------------------------------------------------------- shapes
-def gemm_shape(batch, m, n, k, *, weight_batched: bool, bias: bool = False,
+def gemm_shape(batch: Any, m: Any, n: Any, k: Any, *, weight_batched: bool, bias: bool = False,
                itemsize: int = 4) -> dict[str, np.ndarray]:
     """A (batched) GEMM ``[batch, m, k] @ [(batch,) k, n]``: FLOPs and bytes."""
     b, m, n, k = (np.asarray(v, np.float64) for v in (batch, m, n, k))
@@ -111,7 +113,8 @@ def gemm_shape(batch, m, n, k, *, weight_batched: bool, bias: bool = False,
     return {"batch": b, "m": m, "n": n, "k": k, "flops": flops, "bytes": nbytes}
 
 
-def conv_shape(batch, cin, cout, kernel, size, stride, pad, itemsize: int = 4) -> dict[str, np.ndarray]:
+def conv_shape(batch: Any, cin: Any, cout: Any, kernel: Any, size: Any, stride: Any, pad: Any,
+               itemsize: int = 4) -> dict[str, np.ndarray]:
     """A square 2-D convolution (NeuSight's conv rows) in the GEMM view."""
     b, ci, co, kk, hw, s, p = (np.asarray(v, np.float64)
                                for v in (batch, cin, cout, kernel, size, stride, pad))
@@ -122,7 +125,7 @@ def conv_shape(batch, cin, cout, kernel, size, stride, pad, itemsize: int = 4) -
     return {"batch": np.ones_like(b), "m": m, "n": n, "k": k, "flops": flops, "bytes": nbytes}
 
 
-def row_shape(family: str, rows, cols, *, binary=0, transcendental=0,
+def row_shape(family: str, rows: Any, cols: Any, *, binary: Any = 0, transcendental: Any = 0,
               itemsize: int = 4) -> dict[str, np.ndarray]:
     """Element-wise / LayerNorm / softmax over ``rows x cols``."""
     r, c = np.asarray(rows, np.float64), np.asarray(cols, np.float64)

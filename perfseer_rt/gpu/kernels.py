@@ -19,6 +19,7 @@ everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -79,12 +80,12 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
     out_elems, n_in = col("out_elems"), col("num_inputs")
     kh, kw, groups = col("kernel_h"), col("kernel_w"), col("groups")
     shapes = _out_shapes(graph)
-    rows: dict[str, list[dict]] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
     idx: dict[str, list[int]] = {}
     k = Kernels()
     odd_conv = set()
 
-    def add(family, i, **shape):
+    def add(family: str, i: int, **shape: float) -> None:
         rows.setdefault(family, []).append(shape)
         idx.setdefault(family, []).append(i)
 

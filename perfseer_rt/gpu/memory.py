@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import onnx
@@ -84,7 +85,7 @@ def workspace_bytes(graph: PerfGraph, cublas_mib: float) -> float:
     return cublas_mib * MIB + im2col
 
 
-def estimate(graph: PerfGraph, proto: onnx.ModelProto | None, overhead: dict,
+def estimate(graph: PerfGraph, proto: onnx.ModelProto | None, overhead: dict[str, Any],
              itemsize_scale: float = 1.0) -> tuple[float, dict[str, float], bool]:
     """Total MiB, its parts in MiB, and whether the weights are exact.
 

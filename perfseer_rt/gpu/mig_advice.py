@@ -14,6 +14,9 @@ the prior reruns every kernel on that reduced spec sheet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.predict.mig import MIG_PROFILES
 
@@ -29,7 +32,8 @@ def slice_spec(gpu: str, spec: GpuSpec, slices: int, memory_gb: float) -> GpuSpe
     return spec.share(min(slices * SMS_PER_SLICE[gpu], spec.sms), frac, frac)
 
 
-def advise(gpu: str, spec: GpuSpec, peak_mib: float, margin: float, latency_on) -> dict:
+def advise(gpu: str, spec: GpuSpec, peak_mib: float, margin: float,
+           latency_on: Callable[[GpuSpec], float])  -> dict[str, Any]:
     """Profiles of ``gpu`` (smallest first) with usable MiB, fit and latency.
 
     ``latency_on(spec) -> ms`` predicts the model on a slice's spec sheet.

@@ -13,21 +13,26 @@ for the device exist.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.gpu import features as F
 from perfseer_rt.gpu import memory, mig_advice
 from perfseer_rt.gpu.calibrate import Correction
 from perfseer_rt.gpu.kernels import Kernels, map_graph
+from perfseer_rt.gpu.manifest import GpuPriorManifest, parse_gpu_prior
 from perfseer_rt.gpu.prior import PROVENANCE, Prior, load_prior
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.predict.mig import margin_for
+from perfseer_rt.predict.registry import Predictor
 
 KIND = "gpu-prior"
 #: ``precision`` values: fp32 (the data's), or fp16/bf16 under the tensor-core assumption.
@@ -43,21 +48,23 @@ FP32_NOTE = ("fp16/bf16 kernels are not in the prior's data (NeuSight, fp32 only
 class GpuPriorDevice:
     """One gpu-prior device entry: spec sheet, prior, overheads, calibration."""
 
-    def __init__(self, name: str, folder: Path, manifest: dict):
+    def __init__(self, name: str, folder: Path, manifest: dict[str, Any]) -> None:
         self.name, self.manifest = name, manifest
-        self.spec = GpuSpec.from_config(manifest["spec"])
-        self.prior: Prior = load_prior(str((folder / manifest["prior"]).resolve()))
-        self.launch_ms = float(manifest["kernel_launch_ms"])
-        cal = manifest.get("calibration")
-        self.correction = Correction(**cal) if cal else None
-        self.calibration_source = manifest.get("calibration_source")
+        self.typed: GpuPriorManifest = parse_gpu_prior(manifest)  # strict: ManifestError naming the field
+        self.spec = self.typed.gpu_spec
+        self.prior: Prior = load_prior(str((folder / self.typed.prior).resolve()))
+        self.launch_ms = self.typed.kernel_launch_ms
+        self.correction: Correction | None = self.typed.calibration
+        self.calibration_source = self.typed.calibration_source
 
-    def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict]:
+    def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict[str, Any]]:
         """Total ms and ms per family of ``kernels`` on ``spec``."""
         parts = {}
         for fam, shape in kernels.shapes.items():
             s = spec
             if tc and fam in F.GEMM_FAMILIES:
+                if spec.tc16_gflops is None:
+                    raise PerfSeerError(f"{spec.name} has no tensor-core fp16/bf16 peak on its spec sheet")
                 s = replace(spec, fp32_gflops=spec.tc16_gflops)
             arr = F.spec_arrays(s, len(kernels.nodes[fam]))
             parts[fam] = float(self.prior.kernel_ms(fam, shape, arr, self.launch_ms).sum())
@@ -67,14 +74,16 @@ class GpuPriorDevice:
         return total, parts
 
 
-def _model_proto(source):
+def _model_proto(source: Any) -> onnx.ModelProto | None:
     if isinstance(source, PerfGraph):
         return None
     return load_model(source)[0]
 
 
-def predict_gpu(pred, models: list, batch=None, metrics=None, input_shapes=None,
-                precision: str | None = None, dims: dict[str, int] | None = None) -> list[dict]:
+def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
+                metrics: Sequence[str] | None = None,
+                input_shapes: dict[str, tuple[int, ...]] | None = None,
+                precision: str | None = None, dims: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Predictions for a ``gpu-prior`` device entry (``pred``: a registry
     Predictor). See :func:`perfseer_rt.predict.api.predict` for arguments."""
     precision = precision or "fp32"
@@ -138,6 +147,6 @@ def predict_gpu(pred, models: list, batch=None, metrics=None, input_shapes=None,
         if pred.manifest.get("mig_gpu"):
             result["mig"] = mig_advice.advise(
                 pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),
-                lambda s: dev.latency_ms(kernels, s, tc)[0])
+                lambda s: dev.latency_ms(kernels, s, tc)[0])  # noqa: B023 (advise calls it before the loop moves on)
         results.append(result)
     return results

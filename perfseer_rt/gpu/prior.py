@@ -4,7 +4,8 @@ onnxruntime on the CPU.
 
 Per kernel: ``k = mlp^w * additive^(1-w)`` (``mlp = roofline *
 exp(log_ratio)``, ``additive`` the family's kernel-additive fit, ``w`` =
-``blend_w_mlp``), then ``t = max(k - a, roofline) + launch``, where ``a`` is the fixed per-call cost fitted in the measurements (PyTorch
+``blend_w_mlp``), then ``t = max(k - a, roofline) + launch``, where ``a`` is
+the fixed per-call cost fitted in the measurements (PyTorch
 eager, kernel-additive intercept of the family) and ``launch`` the device
 entry's per-kernel overhead for our runtime (an assumption it states).
 Kernels smaller than anything the family was trained on (fewer bytes than
@@ -18,6 +19,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,11 +36,12 @@ MEMORY_FAMILY = "elem"
 @dataclass(frozen=True)
 class Prior:
     folder: Path
-    doc: dict
+    doc: dict[str, Any]
 
     @property
-    def families(self) -> dict:
-        return self.doc["families"]
+    def families(self) -> dict[str, Any]:
+        families: dict[str, Any] = self.doc["families"]
+        return families
 
     def kernel_ms(self, family: str, shape: dict[str, np.ndarray], spec: dict[str, np.ndarray],
                   launch_ms: float) -> np.ndarray:
@@ -48,7 +51,7 @@ class Prior:
         if family == "memory":
             coef = self.families[MEMORY_FAMILY]["kernel_additive"]
             t_m = nbytes / (spec["mem_bw_gbs"] * 1e9) * 1e3
-            return np.maximum(coef["inv_eff_memory"] * t_m, roof) + launch_ms
+            return np.asarray(np.maximum(coef["inv_eff_memory"] * t_m, roof) + launch_ms)
         fam = self.families[family]
         coef = fam["kernel_additive"]
         log_ratio = _session(str(self.folder / fam["file"])).run(
@@ -60,11 +63,11 @@ class Prior:
         kernel = np.exp(w * (np.log(roof) + log_ratio) + (1 - w) * np.log(additive + coef["a_ms"]))
         small = np.log10(np.maximum(nbytes, 1.0)) < fam["train_range"]["log10_bytes"][0]
         body = np.where(small, additive, kernel - coef["a_ms"])
-        return np.maximum(body, roof) + launch_ms
+        return np.asarray(np.maximum(body, roof) + launch_ms)
 
 
 @lru_cache(maxsize=16)
-def _session(path: str):
+def _session(path: str) -> Any:
     import onnxruntime as ort  # deliberately lazy: only a GPU-prior prediction needs it
 
     opts = ort.SessionOptions()

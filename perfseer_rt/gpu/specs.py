@@ -10,6 +10,7 @@ this module reads them from a dict and adds nothing of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class GpuSpec:
     tc16_gflops: float | None = None
 
     @classmethod
-    def from_config(cls, doc: dict) -> "GpuSpec":
+    def from_config(cls, doc: dict[str, Any]) -> "GpuSpec":
         """From a NeuSight-style config (``Device``, ``Mem_Bw``, ...)."""
         return cls(name=doc["Device"], mem_gb=float(doc["Dev_Mem"]),
                    mem_bw_gbs=float(doc["Mem_Bw"]), sms=int(doc["Num_Sm"]),
@@ -37,12 +38,11 @@ class GpuSpec:
                    fp32_gflops=float(doc["SingleFLOPs"]), l2_mb=float(doc["L2Cache"]),
                    tc16_gflops=(float(doc["TC16_FLOPs"]) if doc.get("TC16_FLOPs") else None))
 
-    def to_config(self) -> dict:
+    def to_config(self) -> dict[str, Any]:
         doc = {"Device": self.name, "Dev_Mem": self.mem_gb, "Mem_Bw": self.mem_bw_gbs,
                "Num_Sm": self.sms, "Core_Per_SM": self.cores_per_sm, "Freq": self.clock_mhz,
-               "SingleFLOPs": self.fp32_gflops, "L2Cache": self.l2_mb}
-        if self.tc16_gflops:
-            doc["TC16_FLOPs"] = self.tc16_gflops
+               "SingleFLOPs": self.fp32_gflops, "L2Cache": self.l2_mb,
+               "TC16_FLOPs": self.tc16_gflops or None}  # null: no tensor-core peak known
         return doc
 
     @property

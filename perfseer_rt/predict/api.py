@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.manifest import MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
-
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
 #: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
@@ -33,9 +32,9 @@ CHUNK_NODES = 2048
 
 
 @lru_cache(maxsize=8)
-def _session(path: str, threads: int):
+def _session(path: str, threads: int) -> Any:
+    # deliberately lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.install import check_onnxruntime
-    # lazy: onnxruntime may be missing (an install without it); checked first
     from perfseer_rt.profile.session import build_session
 
     check_onnxruntime()
@@ -90,7 +89,7 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     return warnings
 
 
-def _add_intervals(result: dict, unc: Uncertainty, distance: float) -> None:
+def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float) -> None:
     """Intervals on each metric, and a warning when the graph lies beyond the
     calibrated distance threshold (:mod:`perfseer_rt.predict.uncertainty`)."""
     for name, m in result["metrics"].items():
@@ -105,7 +104,7 @@ def _add_intervals(result: dict, unc: Uncertainty, distance: float) -> None:
             "are the wider ones calibrated for such models")
 
 
-def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float]) -> dict:
+def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float]) -> dict[str, Any]:
     """The peak-memory prediction as parts (MiB): the weights (exact, from the
     graph: each initializer once), the predicted peak while the session is
     created and while it runs, which of them is the peak, and the runtime's
@@ -133,11 +132,11 @@ def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
     return wanted
 
 
-def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = None,
+def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             model: str | None = None, precision: str | None = None,
-            dims: dict[str, int] | None = None, mode: str = "inference") -> list[dict]:
+            dims: dict[str, int] | None = None, mode: str = "inference") -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -192,23 +191,24 @@ def predict(models: str | os.PathLike | bytes | Iterable, batch: int | None = No
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     unc = pred.uncertainty
     distance = uncertainty.scores(unc, pred.folder, graphs) if unc is not None else None
-    results = []
+    results: list[dict[str, Any]] = []
     for i, (source, graph, row) in enumerate(zip(models, graphs, values)):
         out = dict(zip(pred.outputs, (float(v) for v in row)))
         if pred.memory is not None and pred.memory.combine == "max":
             out[pred.memory.peak] = max(out[pred.memory.load], out[pred.memory.run])
-        result = {
+        metric_out: dict[str, dict[str, Any]] = {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted}
+        result: dict[str, Any] = {
             "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
             "device": pred.device,
             "batch": int(graph.globals["batch_size"]),
-            "metrics": {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted},
+            "metrics": metric_out,
             "mig": None,
             "warnings": out_of_distribution(pred, graph) + ([cpu_warning] if cpu_warning else []),
         }
-        if distance is not None:
+        if unc is not None and distance is not None:
             _add_intervals(result, unc, float(distance[i]))
         if pred.memory is not None and pred.memory.peak in wanted:
-            result["metrics"][pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
+            metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:
             mape = pred.test_accuracy(mem_metric, model).get("mape")
             result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))

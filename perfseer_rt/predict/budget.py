@@ -32,13 +32,13 @@ BY_INTERVAL = "interval_upper"
 BY_VALUE = "value"
 
 
-def upper(metric: dict) -> float:
+def upper(metric: dict[str, Any]) -> float:
     """The value a budget is judged by: the interval's upper end, else the value."""
     iv = metric.get("interval")
     return float(iv[1]) if iv else float(metric["value"])
 
 
-def judged_by(metric: dict) -> str:
+def judged_by(metric: dict[str, Any]) -> str:
     """Which bound :func:`upper` took: ``"interval_upper"`` or ``"value"``
     (the prediction has no interval)."""
     return BY_INTERVAL if metric.get("interval") else BY_VALUE
@@ -67,7 +67,7 @@ def _mem_metric(metrics: list[str]) -> str:
     return next((m for m in metrics if m.startswith("peak_mem")), "peak_mem_mb")
 
 
-def judge(result: dict, limits: dict[str, float]) -> list[dict]:
+def judge(result: dict[str, Any], limits: dict[str, float]) -> list[dict[str, Any]]:
     """One entry per limit: metric, limit, value, judged (upper) value,
     judged_by (which bound that is: ``"interval_upper"`` or ``"value"``), ok."""
     out = []
@@ -81,7 +81,7 @@ def judge(result: dict, limits: dict[str, float]) -> list[dict]:
 
 def check(model: Any, device: str | None = None, *, max_latency_ms: float | None = None,
           max_memory_mb: float | None = None, batch: int | None = None,
-          input_shapes: dict | None = None, predictor_model: str | None = None) -> dict:
+          input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None) -> dict[str, Any]:
     """Does ``model`` meet the budget on ``device``?
 
     Returns ``{"ok": bool, "checks": [...], "prediction": result}``; ``ok`` is
@@ -100,7 +100,7 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 
 
-def dim_shapes(model: str | os.PathLike, dim: str, value: int, batch: int | None
+def dim_shapes(model: str | os.PathLike[str], dim: str, value: int, batch: int | None
                ) -> dict[str, tuple[int, ...]]:
     """Input shapes with every input dim named ``dim`` set to ``value``; a
     dynamic first dim of another name takes ``batch`` (default 1)."""
@@ -134,10 +134,10 @@ def dim_shapes(model: str | os.PathLike, dim: str, value: int, batch: int | None
     return shapes
 
 
-def fit(model: str | os.PathLike, device: str | None = None, *, max_memory_mb: float,
+def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_mb: float,
         max_latency_ms: float | None = None, dim: str | None = None,
         batch: int | None = None, predictor_model: str | None = None,
-        max_value: int = FIT_MAX) -> dict:
+        max_value: int = FIT_MAX) -> dict[str, Any]:
     """The largest batch (or value of input dim ``dim``) within budget.
 
     Tries 1, 2, 4, ... until a value breaks the budget (or ``max_value``), then
@@ -158,9 +158,9 @@ def fit(model: str | os.PathLike, device: str | None = None, *, max_memory_mb: f
     limits = _limits(max_latency_ms, max_memory_mb, pred.metrics)
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
-    tried: dict[int, tuple[bool, dict]] = {}
+    tried: dict[int, tuple[bool, dict[str, Any]]] = {}
 
-    def at(value: int) -> tuple[bool, dict]:
+    def at(value: int) -> tuple[bool, dict[str, Any]]:
         if value not in tried:
             if dim is None:
                 g = extract(model, batch=value)

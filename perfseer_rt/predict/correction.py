@@ -8,6 +8,7 @@ applied by :mod:`perfseer_rt.predict.api` to the base predictor's output.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +27,11 @@ class Correction:
     base_mape: float  # the uncorrected base predictor's MAPE on the same models (%)
 
     def apply(self, value: np.ndarray | float) -> np.ndarray:
-        return np.exp(self.a) * np.power(np.maximum(value, 1e-12), self.b)
+        return np.asarray(np.exp(self.a) * np.power(np.maximum(value, 1e-12), self.b))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Correction":
+    def from_dict(cls, d: dict[str, Any]) -> "Correction":
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})

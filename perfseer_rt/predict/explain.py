@@ -15,8 +15,10 @@ process's total.
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from perfseer_rt.predict.registry import Predictor
+from perfseer_rt.predict import local_cpu
+from perfseer_rt.predict.registry import Predictor, predictors
 
 #: Manifests before 2026-11-23 wrote "MB" for memory measured in MiB.
 _UNIT_FIX = {"MB": "MiB"}
@@ -95,7 +97,7 @@ def meaning(pred: Predictor, metric: str) -> str:
                         "(perfseer_rt/profile/record.py)")
 
 
-def predictor_info(pred: Predictor, model: str | None = None) -> dict:
+def predictor_info(pred: Predictor, model: str | None = None) -> dict[str, Any]:
     """The ``predictor`` block of a result."""
     name = model or pred.default_model
     entry = next((m for m in pred.model_entries if m["name"] == name), {})
@@ -117,7 +119,7 @@ def predictor_info(pred: Predictor, model: str | None = None) -> dict:
             "provenance": provenance, "description": device_description(pred)}
 
 
-def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
+def annotate(result: dict[str, Any], pred: Predictor, model: str | None = None) -> dict[str, Any]:
     """Complete ``result`` in place (and return it); keys present are kept."""
     result.setdefault("mode", pred.manifest.get("mode", "inference"))
     result.setdefault("predictor", predictor_info(pred, model))
@@ -130,12 +132,9 @@ def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
     return result
 
 
-def device_rows() -> list[dict]:
+def device_rows() -> list[dict[str, Any]]:
     """Every shipped predictor, described (``perfseer-rt devices --json``, GET /devices)."""
-    from perfseer_rt.predict.local_cpu import local_cpu, matches_local
-    from perfseer_rt.predict.registry import predictors
-
-    here = local_cpu()
+    here = local_cpu.local_cpu()
     rows = []
     for name, pred in sorted(predictors().items()):
         m = pred.manifest
@@ -151,6 +150,6 @@ def device_rows() -> list[dict]:
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
-                     "local_cpu_match": matches_local(m, here),
+                     "local_cpu_match": local_cpu.matches_local(m, here),
                      "configurations": (m.get("training_data") or {}).get("configurations")})
     return rows

@@ -18,13 +18,13 @@ from perfseer_rt.profile.env import cpu_model, cpu_signature
 SIGNATURE_KEYS = ("cpu_vendor", "cpu_family", "cpu_model_id", "cpu_isa")
 
 
-def device_environment(manifest: dict) -> dict[str, Any] | None:
+def device_environment(manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The environment block of a predictor's manifest (None when it has only words)."""
     desc = manifest.get("device", {}).get("description")
     return desc if isinstance(desc, dict) else None
 
 
-def is_cpu_device(manifest: dict) -> bool:
+def is_cpu_device(manifest: dict[str, Any]) -> bool:
     env = device_environment(manifest)
     return bool(env and env.get("cpu_model") and not env.get("gpu_name"))
 
@@ -42,7 +42,7 @@ def describe(env: dict[str, Any]) -> str:
             f"{env.get('cpu_model_id')}, {env.get('cpu_isa')})")
 
 
-def matches_local(manifest: dict, local: dict[str, Any] | None = None) -> bool | None:
+def matches_local(manifest: dict[str, Any], local: dict[str, Any] | None = None) -> bool | None:
     """True/False for a CPU device, None when the question does not apply
     (a GPU device, or a manifest without an environment block)."""
     if not is_cpu_device(manifest):
@@ -54,7 +54,7 @@ def matches_local(manifest: dict, local: dict[str, Any] | None = None) -> bool |
     return (env.get("cpu_model") or "").strip() == (local.get("cpu_model") or "").strip()
 
 
-def mismatch_warning(device: str, manifest: dict, local: dict[str, Any] | None = None) -> str | None:
+def mismatch_warning(device: str, manifest: dict[str, Any], local: dict[str, Any] | None = None) -> str | None:
     """The warning ``predict`` adds when a CPU device is not this machine's CPU."""
     local = local if local is not None else local_cpu()
     if matches_local(manifest, local) is not False:

@@ -37,9 +37,9 @@ registry (``perfseer_rt/predict/registry.py``):
   seernet manifest plus ``calibration``, ``device.base`` and
   ``accuracy.test_kind``: those are set aside and the rest is checked here;
 * kind ``"gpu-prior"`` (``exported_models/h100`` ...: spec sheet + public
-  kernel prior, schema ``perfseer-rt-predictor/1``) is passed through
-  (``registry.PASS_THROUGH_KINDS``) to :mod:`perfseer_rt.gpu`, which reads
-  it; giving it a section here (and migrating those manifests) is open.
+  kernel prior, layout ``perfseer-rt-predictor/1``) has its own strict schema,
+  :mod:`perfseer_rt.gpu.manifest`, read with :func:`parse_section`
+  (``registry.SEPARATE_SCHEMA_KINDS``); moving it under schema 2 is open.
 
 The ONNX predictor's inputs are built by :func:`concat_graphs` (training
 imports it), named :data:`INPUT_NAMES`, run with the manifest's
@@ -55,13 +55,14 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, TypeVar, Union
 
 import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
+_T = TypeVar("_T")
 SCHEMA_VERSION = 3
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
@@ -366,7 +367,7 @@ def _parse(tp: Any, value: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ManifestError(errors[0] if len(errors) == 1 else
                             f"{where}: {value!r:.60} is none of the allowed types")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _parse_fields(tp, value, where)
     if origin is tuple:
         if not isinstance(value, list):
@@ -409,6 +410,16 @@ def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
                             f"{SCHEMA_VERSION}")
     values = {f: _parse(hints[f], doc[_key(f)], f"{prefix}{_key(f)}") for f in fields}
     return values if skip else cls(**values)
+
+
+def parse_section(cls: type[_T], doc: Any, where: str = "") -> _T:
+    """``doc`` as the frozen dataclass ``cls``, strictly (the reader of every
+    manifest kind; :mod:`perfseer_rt.gpu.manifest` uses it for gpu-prior entries).
+
+    Raises:
+        ManifestError: naming the missing, unknown or mistyped field.
+    """
+    return typing.cast(_T, _parse_fields(cls, doc, where))  # no skip: an instance of cls
 
 
 def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
@@ -485,7 +496,7 @@ def _check(m: Manifest) -> None:
                                         "the last bin must take any score (max_score null)")
 
 
-def read_manifest(path: str | os.PathLike) -> Manifest:
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read and parse ``manifest.json`` (errors name the file and the field)."""
     try:
         doc = json.loads(Path(path).read_text())

@@ -10,6 +10,7 @@ names them; the usable memory of an instance is slightly below the name).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def margin_for(memory_mape_pct: float | None) -> float:
     return max(MIN_MARGIN, 2 * memory_mape_pct / 100.0)
 
 
-def suggest(gpu: str, predicted_mem_mb: float, margin: float) -> dict:
+def suggest(gpu: str, predicted_mem_mb: float, margin: float) -> dict[str, Any]:
     """The smallest profile of ``gpu`` holding ``predicted * (1 + margin)``.
 
     Returns a dict with ``profile`` (None when even the whole GPU is too

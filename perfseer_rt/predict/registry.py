@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, Callable
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
+from perfseer_rt.gpu.manifest import KIND as KIND_GPU_PRIOR
+from perfseer_rt.gpu.manifest import parse_gpu_prior
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
-from perfseer_rt.predict.manifest import (Manifest, ManifestError, MemoryParts, Uncertainty,
-                                          parse_manifest)
+from perfseer_rt.predict.manifest import Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -35,7 +37,7 @@ class Predictor:
 
     device: str
     folder: Path
-    manifest: dict
+    manifest: dict[str, Any]
     user: bool = False  # a user entry (``perfseer-rt calibrate``), not shipped
     #: The typed manifest (:mod:`perfseer_rt.predict.manifest`, checked strictly at
     #: load) of a seernet predictor, shipped or calibrated; None for a kind the
@@ -48,7 +50,7 @@ class Predictor:
         cal = self.manifest.get("calibration") or {}
         return {m: Correction.from_dict(c) for m, c in (cal.get("corrections") or {}).items()}
 
-    def _models_section(self) -> dict:
+    def _models_section(self) -> dict[str, Any]:
         """The dict holding ``models`` and ``default_model``: the ``seernet``
         section (schema 2), else the manifest itself (gpu-prior)."""
         return self.manifest.get("seernet") or self.manifest
@@ -77,10 +79,10 @@ class Predictor:
         return self.schema.seernet.uncertainty if self.schema is not None else None
 
     def unit(self, metric: str) -> str:
-        return next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric)
+        return str(next(m["unit"] for m in self.manifest["metrics"] if m["name"] == metric))
 
     @property
-    def model_entries(self) -> list[dict]:
+    def model_entries(self) -> list[dict[str, Any]]:
         return list(self._models_section()["models"])
 
     def model_file(self, name: str | None = None) -> Path:
@@ -89,7 +91,7 @@ class Predictor:
         if entry is None:
             raise PerfSeerError(f"device {self.device!r} has no model {name!r}; it has "
                                 f"{', '.join(self.model_names)}")
-        return self.folder / entry["file"]
+        return self.folder / str(entry["file"])
 
     @property
     def model_names(self) -> list[str]:
@@ -97,7 +99,7 @@ class Predictor:
 
     @property
     def default_model(self) -> str:
-        return self._models_section()["default_model"]
+        return str(self._models_section()["default_model"])
 
     @property
     def threads(self) -> int:
@@ -105,7 +107,7 @@ class Predictor:
         schema = self.schema
         return schema.seernet.session.intra_op_num_threads if schema else 1
 
-    def test_accuracy(self, metric: str, model: str | None = None) -> dict:
+    def test_accuracy(self, metric: str, model: str | None = None) -> dict[str, Any]:
         """A model's (default: the default model's) accuracy on the architecture
         split's test set, else the ``test`` split (``{"mape", "within_10", "count",
         ...}``; empty when not recorded)."""
@@ -117,7 +119,7 @@ class Predictor:
     def kind(self) -> str:
         """``"seernet"`` (a trained predictor, the default) or ``"gpu-prior"``
         (:mod:`perfseer_rt.gpu`: public kernel prior + spec sheet)."""
-        return self.manifest.get("kind", "seernet")
+        return str(self.manifest.get("kind", "seernet"))
 
     @property
     def mig_gpu(self) -> str | None:
@@ -158,19 +160,18 @@ def shipped_predictors() -> dict[str, Predictor]:
     return out
 
 
-#: Kinds read outside the strict schema, by their own runtime (pass-through):
-#: ``gpu-prior`` manifests (``exported_models/h100`` ...) are read and checked by
-#: :class:`perfseer_rt.gpu.predict.GpuPriorDevice`. TODO: a ``gpu-prior`` section
-#: in :data:`perfseer_rt.predict.manifest.KIND_SECTIONS` and a migration.
-PASS_THROUGH_KINDS = ("gpu-prior",)
+#: Kinds with a strict schema of their own (same parser, another layout):
+#: ``gpu-prior`` manifests (``exported_models/h100`` ...), :mod:`perfseer_rt.gpu.manifest`,
+#: read by :class:`perfseer_rt.gpu.predict.GpuPriorDevice`.
+SEPARATE_SCHEMA_KINDS: dict[str, Callable[[Any], Any]] = {KIND_GPU_PRIOR: parse_gpu_prior}
 #: Keys a calibrated user entry (``perfseer-rt calibrate``) adds to its base's
 #: seernet manifest; the rest is checked by the strict schema.
 CALIBRATION_KEYS = ("calibration",)
 
 
-def typed_manifest(path: Path, doc: dict) -> Manifest | None:
+def typed_manifest(path: Path, doc: dict[str, Any]) -> Manifest | None:
     """``doc`` (read from ``path``) checked by the strict schema; None for a
-    :data:`PASS_THROUGH_KINDS` manifest.
+    :data:`SEPARATE_SCHEMA_KINDS` manifest (checked strictly by its own schema).
 
     A calibrated entry is its base's seernet manifest plus ``calibration``,
     ``device.base`` and ``accuracy.test_kind``; those are set aside and the
@@ -179,7 +180,11 @@ def typed_manifest(path: Path, doc: dict) -> Manifest | None:
     Raises:
         ManifestError: naming the file and the field.
     """
-    if isinstance(doc, dict) and doc.get("kind") in PASS_THROUGH_KINDS:
+    if isinstance(doc, dict) and doc.get("kind") in SEPARATE_SCHEMA_KINDS:
+        try:
+            SEPARATE_SCHEMA_KINDS[doc["kind"]](doc)
+        except ManifestError as exc:
+            raise ManifestError(f"{path}: {exc}") from None
         return None
     if isinstance(doc, dict) and "calibration" in doc:
         doc = {k: v for k, v in doc.items() if k not in CALIBRATION_KEYS}

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import Any
 
 from perfseer_rt.errors import DeviceError
 from perfseer_rt.graph import layout
 from perfseer_rt.predict import local_cpu, registry
 from perfseer_rt.predict.explain import predictor_info
-from perfseer_rt.predict.manifest import MODES, ManifestError
+from perfseer_rt.predict.manifest import MODES, ManifestError, TrainStep
 from perfseer_rt.predict.registry import DEFAULT_DEVICES, MANIFEST, Predictor, typed_manifest
 
 #: The sub-folder of a device entry holding its training-step predictor.
@@ -91,9 +92,16 @@ def get_train_predictor(device: str | None) -> Predictor:
     return pred
 
 
+def _step(pred: Predictor) -> TrainStep:
+    """The training step a train-mode predictor's labels timed (its manifest must say)."""
+    if pred.schema is None or pred.schema.step is None:
+        raise DeviceError(f"predictor {pred.device!r} does not say which training step it timed")
+    return pred.schema.step
+
+
 def description(pred: Predictor) -> str:
     """One line: the step, the engine, precision, threads and the CPU it was measured on."""
-    step = pred.schema.step
+    step = _step(pred)
     desc = pred.manifest["device"].get("description")
     cpu = local_cpu.describe(desc) if isinstance(desc, dict) and desc.get("cpu_model") else None
     text = step.definition
@@ -107,11 +115,11 @@ def meaning(pred: Predictor, metric: str) -> str | None:
     if metric == "step_ms":
         return _STEP_MS
     if metric.startswith("peak_mem"):
-        return _STEP_MEM.format(method=pred.schema.step.peak_mem_method or "unrecorded")
+        return _STEP_MEM.format(method=_step(pred).peak_mem_method or "unrecorded")
     return None
 
 
-def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
+def annotate(result: dict[str, Any], pred: Predictor, model: str | None = None) -> dict[str, Any]:
     """Fill what a training-step result says before the generic annotation
     (:func:`perfseer_rt.predict.explain.annotate`, which keeps keys present):
     ``mode`` "train", the predictor's description of the step, the metrics'
@@ -129,7 +137,7 @@ def annotate(result: dict, pred: Predictor, model: str | None = None) -> dict:
     return result
 
 
-def summary(device: str) -> dict | None:
+def summary(device: str) -> dict[str, Any] | None:
     """``perfseer-rt devices``: the training-step predictor of ``device`` in brief
     (what a step is, metrics with units and test MAPE); None when it has none."""
     pred = train_predictors().get(device)

@@ -27,7 +27,7 @@ import io
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -51,12 +51,14 @@ def features(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     u = np.asarray(u, dtype=np.float64).reshape(-1)
     x = np.asarray(x, dtype=np.float64)
     mix = x[:, OP_COLUMNS].mean(axis=0) if len(x) else np.zeros(len(OP_COLUMNS))
-    return np.concatenate([np.sign(u) * np.log1p(np.abs(u)), mix])
+    out: np.ndarray = np.concatenate([np.sign(u) * np.log1p(np.abs(u)), mix])
+    return out
 
 
 def standardize(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """Rows of :func:`features` in score space."""
-    return (np.asarray(raw, dtype=np.float64) - mean) / std
+    out: np.ndarray = (np.asarray(raw, dtype=np.float64) - mean) / std
+    return out
 
 
 def fit_standardization(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +85,8 @@ def distance_scores(points: np.ndarray, reference: np.ndarray, k: int) -> np.nda
         d2 = (p * p).sum(1)[:, None] - 2 * p @ reference.T + (reference * reference).sum(1)[None, :]
         d = np.sqrt(np.maximum(d2, 0.0))
         out[start:start + 256] = np.sort(np.partition(d, k - 1, axis=1)[:, :k], axis=1).mean(1)
-    return out / np.sqrt(points.shape[1])
+    scaled: np.ndarray = out / np.sqrt(points.shape[1])
+    return scaled
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,11 @@ def _reference(path: str, sha256: str) -> np.ndarray:
         raise PerfSeerError(f"{path}: cannot read the predictor's reference features ({exc})") from None
     if hashlib.sha256(data).hexdigest() != sha256:
         raise PerfSeerError(f"{path}: checksum differs from the manifest's; reinstall the predictor")
-    return np.load(io.BytesIO(data), allow_pickle=False).astype(np.float64)
+    ref: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False).astype(np.float64)
+    return ref
 
 
-def scores(unc: Uncertainty, folder: Path, graphs: Sequence) -> np.ndarray:
+def scores(unc: Uncertainty, folder: Path, graphs: Sequence[Any]) -> np.ndarray:
     """Distance score of each PerfGraph (anything with ``x`` and ``u``) to the
     predictor's training graphs."""
     if tuple(unc.features) != FEATURE_NAMES:

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from perfseer_rt.errors import DeviceError, ModelLoadError
 from perfseer_rt.profile.env import environment
+from perfseer_rt.profile.nvml import Device
 from perfseer_rt.profile.session import check_provider_available, provider_name
 from perfseer_rt.profile.timing import MeasureSettings
 from perfseer_rt.profile.worker import DEFAULT_TIMEOUT_S, ProfileWorker
@@ -25,8 +26,6 @@ def check_cuda(device_id: int = 0) -> None:
     """Raise DeviceError unless the CUDA provider exists and NVML sees a GPU."""
     check_provider_available("cuda")
     try:
-        from perfseer_rt.profile.nvml import Device
-
         Device(device_id)
     except Exception as exc:
         raise DeviceError(f"CUDA was requested but no NVIDIA GPU {device_id} is visible "
@@ -39,7 +38,7 @@ def finish_record(rec: dict[str, Any], device_id: int = 0, **env_extra: Any) -> 
     return rec
 
 
-def profile(model: str | os.PathLike | bytes, provider: str = "cpu", *,
+def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             batch: int | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             threads: int = 1, settings: MeasureSettings | None = None,

@@ -16,29 +16,30 @@ fresh one report the same peak for the same model.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from perfseer_rt import errors
+from perfseer_rt.profile import hostmem
+from perfseer_rt.profile.cpu import measure_cpu
+from perfseer_rt.profile.cuda import measure_cuda, tiny_conv_model
+from perfseer_rt.profile.session import build_session
 from perfseer_rt.profile.timing import MeasureSettings
 from perfseer_rt.profile.worker import serve
 
-_state: dict = {"hwm_reset": False}
+_state: dict[str, Any] = {"hwm_reset": False}
 
 
 def prime_onnxruntime() -> None:
     """Create and run one tiny CPU session, then drop it."""
-    import numpy as np
-
-    from perfseer_rt.profile.cuda import tiny_conv_model
-    from perfseer_rt.profile.session import build_session
-
     handle = build_session(tiny_conv_model(), "cpu", threads=1)
     handle.session.run(None, {"x": np.ones((1, 3, 32, 32), np.float32)})
     del handle
 
 
-def _hello() -> dict:
-    import onnxruntime as ort
-
-    from perfseer_rt.profile import hostmem
+def _hello() -> dict[str, Any]:
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     ort.set_default_logger_severity(3)
     hostmem.fix_mmap_threshold()  # steady peaks (hostmem's module doc); before any baseline
@@ -46,15 +47,11 @@ def _hello() -> dict:
     return {"hwm_reset": hostmem.reset_hwm() and hostmem.hwm_reset_works()}
 
 
-def _dispatch(req: dict) -> dict:
-    from perfseer_rt.profile import hostmem
-
+def _dispatch(req: dict[str, Any]) -> dict[str, Any]:
     reset_ok = _state["hwm_reset"]
     settings = MeasureSettings.from_dict(req.get("settings"))
     shapes = req.get("input_shapes")
     if req["provider"] == "cpu":
-        from perfseer_rt.profile.cpu import measure_cpu
-
         baseline = hostmem.start_baseline() if reset_ok else hostmem.rss_kib()
         rec = measure_cpu(req["model"], batch=req.get("batch"), input_shapes=shapes,
                           threads=req.get("threads", 1), settings=settings,
@@ -64,8 +61,6 @@ def _dispatch(req: dict) -> dict:
                                 "peak includes start-up")
         return rec
     if req["provider"] == "cuda":
-        from perfseer_rt.profile.cuda import measure_cuda
-
         return measure_cuda(req["model"], batch=req.get("batch"), input_shapes=shapes,
                             settings=settings, provider_options=req.get("provider_options"),
                             device_id=req.get("device_id", 0))
@@ -73,7 +68,7 @@ def _dispatch(req: dict) -> dict:
 
 
 def main() -> None:
-    def hello() -> dict:
+    def hello() -> dict[str, Any]:
         _state.update(_hello())
         return dict(_state)
 

@@ -43,7 +43,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
         (unknown provider, unresolved shapes) raise PerfSeerError.
     """
     settings = settings or MeasureSettings()
-    common = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
+    common: dict[str, Any] = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
                   model=str(model))
     hostmem.fix_mmap_threshold()  # no-op in the worker's child: fixed at its start-up
     if baseline_kib is None:
@@ -70,7 +70,10 @@ def measure_cpu(model: str, *, batch: int | None = None,
         samples, wall_ns = timed_loop(run, settings)
         run_peak = hostmem.hwm_kib()
         peak = max(load_peak or 0, run_peak or 0) or None
-        over = lambda kib: (kib - baseline_kib) / 1024 if kib and baseline_kib and phases else None  # noqa: E731
+
+        def over(kib: int | None) -> float | None:
+            return (kib - baseline_kib) / 1024 if kib and baseline_kib and phases else None
+
         rec = new_record(
             status=STATUS_OK, **latency_stats(samples, wall_ns), warmup_runs=warmups,
             session_ms=session_ms,

@@ -18,7 +18,12 @@ import gc
 import time
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
 from perfseer_rt.errors import DeviceError, PerfSeerError
+from perfseer_rt.profile import nvml
 from perfseer_rt.profile.inputs import make_inputs
 from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
 from perfseer_rt.profile.session import build_session, provider_name
@@ -32,10 +37,6 @@ _context_ready: set[int] = set()
 
 def tiny_conv_model(opset: int = 17) -> bytes:
     """A small Conv + Relu model (1x3x32x32 -> 1x8x32x32) used to prove CUDA runs."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
@@ -49,7 +50,7 @@ def tiny_conv_model(opset: int = 17) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               ir_version=8)
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 def ensure_context(device_id: int = 0, provider_options: Mapping[str, Any] | None = None) -> None:
@@ -64,17 +65,15 @@ def ensure_context(device_id: int = 0, provider_options: Mapping[str, Any] | Non
     opts = {**(provider_options or {}), "device_id": device_id}
     handle = build_session(tiny_conv_model(), "cuda", threads=None, provider_options=opts)
     sess = handle.session
-    import numpy as np
-
     sess.run(None, {"x": np.ones((1, 3, 32, 32), np.float32)})
     del sess, handle
     gc.collect()
     _context_ready.add(device_id)
 
 
-def bind_device(session: Any, feeds: Mapping[str, Any], device_id: int = 0):
+def bind_device(session: Any, feeds: Mapping[str, Any], device_id: int = 0) -> Any:
     """An IO binding with every input copied to and every output bound on the GPU."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     iob = session.io_binding()
     values = {}
@@ -101,11 +100,9 @@ def measure_cuda(model: str, *, batch: int | None = None,
         DeviceError: no NVIDIA driver, CUDA provider missing, or the session
             fell back to the CPU.
     """
-    from perfseer_rt.profile import nvml
-
     settings = settings or CUDA_SETTINGS
     opts = {**(provider_options or {}), "device_id": device_id}
-    common = dict(provider_requested=provider_name("cuda"), batch=batch, model=str(model))
+    common: dict[str, Any] = dict(provider_requested=provider_name("cuda"), batch=batch, model=str(model))
     try:
         device = nvml.Device(device_id)
     except Exception as exc:

@@ -13,7 +13,11 @@ import os
 import platform
 import socket
 import sys
+from importlib.metadata import version
 from typing import Any
+
+import numpy
+import onnx
 
 
 def cpu_model() -> str | None:
@@ -66,7 +70,7 @@ def gpu_info(index: int = 0) -> dict[str, Any]:
         ("gpu_name", "gpu_driver", "cuda_version", "gpu_memory_mb", "gpu_count",
          "gpu_compute_capability", "gpu_mig_mode", "gpu_power_limit_w"))
     try:
-        import pynvml as nv
+        import pynvml as nv  # deliberately lazy: NVML only where a GPU is described
 
         nv.nvmlInit()
     except Exception:  # no driver, no library: no GPU information
@@ -104,8 +108,6 @@ def _str(v: Any) -> str:
 
 def _version(module: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(module)
     except Exception:
         mod = sys.modules.get(module)
@@ -114,9 +116,7 @@ def _version(module: str) -> str | None:
 
 @functools.lru_cache(maxsize=4)
 def _static(gpu_index: int) -> tuple[tuple[str, Any], ...]:
-    import numpy
-    import onnx
-    import onnxruntime
+    import onnxruntime  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     env: dict[str, Any] = {
         "hostname": socket.gethostname(),

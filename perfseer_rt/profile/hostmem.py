@@ -83,7 +83,7 @@ def release_free_heap() -> None:
         trim(0)
 
 
-def _libc():
+def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name) if name else None

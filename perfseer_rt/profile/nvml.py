@@ -28,9 +28,9 @@ POLL_S = 0.05          # utilization polling period, seconds
 MEM_POLL_S = 0.005     # memory polling period, seconds
 
 
-def nvml_module():
+def nvml_module() -> Any:
     """Import and initialise pynvml; raises the NVML error when there is no driver."""
-    import pynvml
+    import pynvml  # deliberately lazy: imported (and initialised) only when a GPU is asked for
 
     pynvml.nvmlInit()
     return pynvml
@@ -57,7 +57,7 @@ class Device:
 
     def used_mem_mb(self) -> float:
         """Device memory used by all processes, MiB."""
-        return self.nv.nvmlDeviceGetMemoryInfo(self.handle).used / 2**20
+        return float(self.nv.nvmlDeviceGetMemoryInfo(self.handle).used) / 2**20
 
     def energy_mj(self) -> int | None:
         """Total energy since the driver loaded, millijoules; None if unsupported."""
@@ -121,7 +121,7 @@ class MemorySampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         v = self.sample()
@@ -209,7 +209,7 @@ class Window:
                 pass
         self._gpm_samples = []
 
-    def _gpm_metrics(self, nv) -> dict[str, Any]:
+    def _gpm_metrics(self, nv: Any) -> dict[str, Any]:
         s1, s2 = self._gpm_samples
         out: dict[str, Any] = {}
         try:

@@ -11,7 +11,9 @@ when the CUDA libraries cannot be loaded), it raises :class:`DeviceError`
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +76,7 @@ def provider_name(provider: str) -> str:
 
 def check_provider_available(provider: str) -> str:
     """The onnxruntime name of ``provider``; DeviceError when this build lacks it."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     name = provider_name(provider)
     available = ort.get_available_providers()
@@ -107,10 +109,7 @@ def preload_cuda_libraries() -> list[str]:
     finds it. Returns the paths loaded (empty where none are found, e.g.
     when they are on the loader path already).
     """
-    import ctypes
-    import sys
-
-    import onnxruntime as ort
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     try:
         rel = [tuple(r) for r in ort._get_nvidia_dll_paths(False, True, True)]
@@ -130,7 +129,7 @@ def preload_cuda_libraries() -> list[str]:
     return loaded
 
 
-def build_session(model: str | os.PathLike | bytes, provider: str = "cpu", *,
+def build_session(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
                   threads: int | None = 1, provider_options: dict[str, Any] | None = None,
                   strict: bool = True, log_severity: int = 3) -> SessionHandle:
     """Build an ``InferenceSession`` for measurement.
@@ -152,7 +151,7 @@ def build_session(model: str | os.PathLike | bytes, provider: str = "cpu", *,
         Exception: onnxruntime's own error when the model cannot be loaded
             (callers record it as a failed run).
     """
-    import onnxruntime as ort
+    import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     name = check_provider_available(provider)
     if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model):

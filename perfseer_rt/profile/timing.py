@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,11 +51,11 @@ class MeasureSettings:
         if self.warmup_runs < 0 or self.warmup_time_s < 0:
             raise ValueError("warm-up runs and time must be >= 0")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "MeasureSettings":
+    def from_dict(cls, d: dict[str, Any] | None) -> "MeasureSettings":
         return cls(**(d or {}))
 
 

@@ -25,9 +25,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 
 from perfseer_rt import errors
+from perfseer_rt.profile.cuda import CUDA_SETTINGS
 from perfseer_rt.profile.record import failure_record
 from perfseer_rt.profile.timing import MeasureSettings
 
@@ -39,7 +40,8 @@ _PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider
 
 
 # ----------------------------------------------------------------- child side
-def serve(handle: Callable[[dict], dict], hello: Callable[[], dict] | None = None) -> None:
+def serve(handle: Callable[[dict[str, Any]], dict[str, Any]],
+          hello: Callable[[], dict[str, Any]] | None = None) -> None:
     """Run a child's request loop: one JSON request per stdin line -> one reply line.
 
     ``handle(request) -> reply``. A :class:`PerfSeerError` becomes
@@ -93,8 +95,8 @@ class JsonChild:
         self.module = module
         self.extra_path = list(extra_path)
         self.info: dict[str, Any] = {}
-        self._proc: subprocess.Popen | None = None
-        self._lines: queue.Queue = queue.Queue()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[Any] = queue.Queue()
 
     @property
     def running(self) -> bool:
@@ -103,7 +105,7 @@ class JsonChild:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         """Start the child and return its hello line (ProfileError if it fails)."""
         root = str(Path(__file__).resolve().parents[2])  # folder holding perfseer_rt/
         env = dict(os.environ)
@@ -124,7 +126,7 @@ class JsonChild:
         self.info = json.loads(line)
         return self.info
 
-    def request(self, req: dict, timeout_s: float) -> dict:
+    def request(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one request; return the reply. Raises ChildDied (child stopped)."""
         if not self.alive():
             self.stop(kill=True)
@@ -146,7 +148,7 @@ class JsonChild:
             except subprocess.TimeoutExpired:
                 pass
             raise ChildDied(_death_message(self.stop(kill=True)))
-        reply = json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
         if "user_error" in reply:
             cls = getattr(errors, reply["user_error"], errors.ProfileError)
             raise cls(reply["message"])
@@ -166,6 +168,7 @@ class JsonChild:
             return None
         if not kill and proc.poll() is None:
             try:
+                assert proc.stdin is not None  # started with stdin=PIPE
                 proc.stdin.write(b'{"op": "stop"}\n')
                 proc.stdin.flush()
                 proc.wait(10)
@@ -176,13 +179,14 @@ class JsonChild:
         code = proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
         return code
 
 
-def _pump(stream, lines: queue.Queue) -> None:
+def _pump(stream: IO[bytes], lines: queue.Queue[Any]) -> None:
     """Move the child's reply lines into a queue (``_EOF`` at the end); portable, no select."""
     for raw in iter(stream.readline, b""):
         lines.put(raw.rstrip(b"\n"))
@@ -244,7 +248,7 @@ class ProfileWorker:
     def __enter__(self) -> "ProfileWorker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
@@ -253,7 +257,7 @@ class ProfileWorker:
         except Exception:
             pass
 
-    def measure(self, model: str | os.PathLike, *, batch: int | None = None,
+    def measure(self, model: str | os.PathLike[str], *, batch: int | None = None,
                 input_shapes: Mapping[str, Sequence[int]] | None = None, threads: int = 1,
                 settings: MeasureSettings | None = None,
                 provider_options: Mapping[str, Any] | None = None, device_id: int = 0,
@@ -288,7 +292,5 @@ class ProfileWorker:
 def default_settings(provider: str) -> MeasureSettings:
     """CPU: >= 10 runs and >= 0.5 s; CUDA: >= 10 runs and >= 1 s (NVML window)."""
     if provider == "cuda":
-        from perfseer_rt.profile.cuda import CUDA_SETTINGS
-
         return CUDA_SETTINGS
     return MeasureSettings()

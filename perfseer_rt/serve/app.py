@@ -27,16 +27,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from perfseer_rt.errors import (DeviceError, MetricError, ModelLoadError, PerfSeerError,
-                                ShapeError)
+from perfseer_rt import __version__
+from perfseer_rt.errors import DeviceError, MetricError, ModelLoadError, PerfSeerError, ShapeError
+from perfseer_rt.graph.extract import extract
+from perfseer_rt.predict.api import _session, predict
+from perfseer_rt.predict.budget import check as do_check
+from perfseer_rt.predict.explain import device_rows
+from perfseer_rt.predict.many import parse_batches
+from perfseer_rt.predict.registry import Predictor, get_predictor, predictors
 from perfseer_rt.serve.schema import CheckVerdict, DeviceRow, ErrorBody, Result
 
 log = logging.getLogger("perfseer_rt.serve")
@@ -56,7 +64,7 @@ class Settings:
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "HTTPError"):
+    def __init__(self, status: int, message: str, kind: str = "HTTPError") -> None:
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
 
@@ -68,7 +76,7 @@ def status_for(exc: PerfSeerError) -> int:
     return next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -106,16 +114,8 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
     return bytes(buf)
 
 
-def _parse_batches(batch: str | None) -> list[int | None]:
-    from perfseer_rt.predict.command import parse_batches
-
-    return parse_batches(batch)
-
-
-def _predict(source, name: str, batches, device, metrics, model) -> list[dict]:
-    from perfseer_rt.graph.extract import extract
-    from perfseer_rt.predict.api import predict
-
+def _predict(source: str | bytes, name: str, batches: list[int | None], device: str | None,
+             metrics: str | None, model: str | None) -> list[dict[str, Any]]:
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     with named_errors(source, name):
         graphs = [extract(source, batch=b) for b in batches]
@@ -126,7 +126,7 @@ def _predict(source, name: str, batches, device, metrics, model) -> list[dict]:
 
 
 @contextmanager
-def named_errors(source, name: str):
+def named_errors(source: str | bytes, name: str) -> Iterator[None]:
     """Errors name the model as the client did (``sub/m.onnx``, the upload's
     name), never the server's own paths."""
     try:
@@ -145,26 +145,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limit = int(settings.max_upload_mb * 2**20)
 
     @app.exception_handler(HTTPError)
-    async def _http_error(request: Request, exc: HTTPError):
+    async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
         log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
         return JSONResponse({"error": exc.message, "type": exc.kind}, status_code=exc.status,
                             headers={"Connection": "close"} if exc.status == 413 else None)
 
     @app.exception_handler(PerfSeerError)
-    async def _user_error(request: Request, exc: PerfSeerError):
+    async def _user_error(request: Request, exc: PerfSeerError) -> JSONResponse:
         msg = one_line(exc)
         log.warning("%s %s -> %d %s", request.method, request.url.path, status_for(exc), msg)
         return JSONResponse({"error": msg, "type": type(exc).__name__},
                             status_code=status_for(exc))
 
     @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception):
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.error("%s %s -> 500 %s: %s", request.method, request.url.path,
                   type(exc).__name__, one_line(exc))
         return JSONResponse({"error": "internal error", "type": "InternalError"},
                             status_code=500)
 
-    async def guarded(fn, *args):
+    async def guarded(fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn`` in a worker thread within the concurrency and time limits."""
         if slots.locked():
             raise HTTPError(503, f"busy: {settings.max_concurrency} predictions already "
@@ -178,7 +178,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPError(504, f"prediction took longer than {settings.timeout_s:g} s",
                             "Timeout") from None
 
-    async def source_of(request: Request, path: str | None):
+    async def source_of(request: Request, path: str | None) -> tuple[str | bytes, str]:
         if path is not None:
             return str(confine(settings.model_dir, path)), path
         data = await read_body(request, limit)
@@ -187,7 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "(application/octet-stream) or give ?path=", "ModelLoadError")
         return data, request.query_params.get("name") or "upload.onnx"
 
-    errors = {s: {"model": ErrorBody} for s in (400, 403, 404, 413, 422, 503, 504)}
+    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (400, 403, 404, 413, 422, 503, 504)}
     body_doc = {"requestBody": {"required": False, "content": {"application/octet-stream": {
         "schema": {"type": "string", "format": "binary"}}},
         "description": "The ONNX model (omit when ?path= names one)."}}
@@ -202,9 +202,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                       model: str | None = Query(None, description="which of the device's "
                                                 "predictors"),
                       name: str | None = Query(None, description="the upload's name in "
-                                               "the answer")):
+                                               "the answer")) -> Any:
         """Predict the metrics of one ONNX model at one or more batch sizes."""
-        batches = _parse_batches(batch)
+        batches = parse_batches(batch)
         source, label = await source_of(request, path)
         return await guarded(_predict, source, label, batches, device, metrics, model)
 
@@ -213,13 +213,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def check(request: Request, path: str | None = None, batch: int | None = None,
                     device: str | None = None, max_latency_ms: float | None = None,
                     max_memory_mb: float | None = None, model: str | None = None,
-                    name: str | None = None):
+                    name: str | None = None) -> Any:
         """Does the model meet the budget (judged by the interval's upper end)?"""
-        from perfseer_rt.predict.budget import check as do_check
-
         source, label = await source_of(request, path)
 
-        def run():
+        def run() -> dict[str, Any]:
             with named_errors(source, label):
                 verdict = do_check(source, device, max_latency_ms=max_latency_ms,
                                    max_memory_mb=max_memory_mb, batch=batch,
@@ -230,22 +228,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return await guarded(run)
 
     @app.get("/devices", response_model=list[DeviceRow])
-    async def devices():
+    async def devices() -> list[dict[str, Any]]:
         """The shipped predictors, their units, meanings and test accuracy."""
-        from perfseer_rt.predict.explain import device_rows
-
         return device_rows()
 
     @app.get("/healthz")
-    async def healthz():
+    async def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
     @app.get("/readyz", responses={503: {"model": ErrorBody}})
-    async def readyz():
+    async def readyz() -> Any:
         """Predictors load and the default one answers."""
-        from perfseer_rt.predict.registry import get_predictor, predictors
-
         try:
             pred = await run_in_threadpool(get_predictor, None)
             await run_in_threadpool(_warm, pred)
@@ -257,15 +251,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _warm(pred) -> None:
-    from perfseer_rt.predict.api import _session
-
+def _warm(pred: Predictor) -> None:
     _session(str(pred.model_file()), pred.threads)
 
 
 def _version() -> str:
-    from perfseer_rt import __version__
-
     return __version__
 
 

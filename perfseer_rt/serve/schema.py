@@ -5,7 +5,7 @@ through (``extra="allow"``): newer results may carry more."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,7 +38,7 @@ class Result(_Open):
     mode: Optional[str] = "inference"
     predictor: Optional[Predictor] = None
     metrics: dict[str, Metric]
-    mig: Optional[dict] = None
+    mig: Optional[dict[str, Any]] = None
     warnings: list[str] = []
 
 

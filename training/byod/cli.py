@@ -7,6 +7,7 @@ line, ``byod: error: ...``, and exit with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from typing import Sequence
@@ -103,8 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _train(args, cfg, cache, command: str) -> int:
-    import json
-
     from training.byod.train_csv import train_from_csv
 
     res = train_from_csv(args.csv, args.model_column, args.metric, args.device,
@@ -125,8 +124,6 @@ def _train(args, cfg, cache, command: str) -> int:
 
 
 def _calibrate(args, cache) -> int:
-    import json
-
     from training.byod.calibrate_csv import calibrate_from_csv
 
     res = calibrate_from_csv(args.csv, args.model_column, args.metric, args.device, args.base,

@@ -26,6 +26,8 @@ from typing import Callable, Iterable, Sequence
 
 from perfseer_rt.graph import PerfGraph, extract, layout
 from training.byod import nb201_eager
+from training.byod.strip import strip_file
+from training.zoo import export_onnx, family_names, parse_spec, to_spec
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 
@@ -56,8 +58,6 @@ class ModelRef:
 
 def looks_like_spec(text: str) -> bool:
     """A zoo spec (``family:...`` or config JSON) rather than a file path."""
-    from training.zoo import family_names
-
     t = text.strip()
     if t.startswith("{"):
         return True
@@ -72,8 +72,6 @@ def resolve(text: str, base: Path) -> ModelRef:
         ValueError: not a zoo spec and no such ONNX file (the caller adds the row);
             a bad spec raises the zoo's ``SpecError`` (a ``ValueError``).
     """
-    from training.zoo import parse_spec, to_spec
-
     t = text.strip()
     if t.startswith(nb201_eager.PREFIX + ":"):
         cell = nb201_eager.canonical(t.partition(":")[2])
@@ -149,8 +147,6 @@ class GraphCache:
         return path
 
     def _export(self, ref: ModelRef, path: Path) -> None:
-        from training.zoo import export_onnx, parse_spec
-
         t0 = time.perf_counter()
         if ref.kind == "nb201-eager":
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -170,10 +166,10 @@ class GraphCache:
                 except ValueError as exc:
                     if "raw_data" not in str(exc):
                         raise
-                    self._zoo_strip_ok = False  # see _strip_file
+                    self._zoo_strip_ok = False  # see training.byod.strip
             if not self._zoo_strip_ok:
                 export_onnx(cfg, out)
-                _strip_file(out)
+                strip_file(out)
             os.replace(out, path)
         self.exports += 1
         self.export_seconds += time.perf_counter() - t0
@@ -194,29 +190,3 @@ def graphs_for(refs: Sequence[ModelRef], batches: Sequence[int], cache: GraphCac
     """PerfGraphs of ``refs[i]`` at ``batches[i]``, building what is missing."""
     cache.ensure(zip(refs, batches), print_progress(label))
     return [cache.get(r, int(b)) for r, b in zip(refs, batches)]
-
-
-def _strip_file(path: Path, size_threshold: int = 1024) -> None:
-    """Rewrite ``path`` structure-only: tensors of >= ``size_threshold`` bytes
-    become dangling external references (dims kept, data dropped).
-
-    Fallback for zoo versions whose ``export_onnx(structure_only=True)`` fails
-    on onnx >= 1.2x ("does not have raw_data field": the raw data was cleared
-    before ``set_external_data`` was called).
-    """
-    import onnx
-    import onnx.external_data_helper as ext
-
-    proto = onnx.load(str(path))
-    offset = 0
-    tensors = list(proto.graph.initializer)
-    for node in proto.graph.node:
-        tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
-    for t in tensors:
-        if not t.HasField("raw_data") or len(t.raw_data) < size_threshold:
-            continue
-        size = len(t.raw_data)
-        ext.set_external_data(t, path.name + ".data", offset, size)
-        t.ClearField("raw_data")
-        offset += size
-    onnx.save_model(proto, str(path))

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from training.byod.strip import strip_file
 from training.zoo.nb201 import NODES, format_cell, make_op, parse_cell, stages
 
 PREFIX = "nb201-eager"
@@ -103,7 +104,6 @@ class EagerTinyNetwork(nn.Module):
 
 def export(cell: str, path: str | Path, opset: int = 18) -> Path:
     """Export the executed graph of ``cell`` (dynamic batch, structure only)."""
-    from training.byod.graphs import _strip_file
     from training.zoo.export import deterministic_init
 
     cell = canonical(cell)
@@ -123,5 +123,5 @@ def export(cell: str, path: str | Path, opset: int = 18) -> Path:
                           dynamic_axes={n: {0: "batch"} for n in ["input", *names]})
     path = Path(path)
     path.write_bytes(buf.getvalue())
-    _strip_file(path)
+    strip_file(path)
     return path

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from training.byod.errors import ByodError
+from training.seernet.evaluate import metric_unit
 
 
 @dataclass
@@ -62,8 +63,6 @@ def read_csv(path: str | Path, model_column: str, metric_columns: Sequence[str],
             unparsable or non-positive number, empty model cell (names row
             and column).
     """
-    from training.seernet.evaluate import metric_unit
-
     path = Path(path)
     if not path.is_file():
         raise ByodError(f"no CSV file {str(path)!r}")

@@ -13,9 +13,7 @@ whose id hash falls in the first 20 % are the test rows.
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,10 @@ from training.byod.errors import ByodError
 from training.byod.fit import FittedPredictor, fit_seernet, in_validation
 from training.byod.graphs import GraphCache, ModelRef, graphs_for, resolve
 from training.byod.table import Measurements, parse_rows, read_csv
+from training.seernet.data import dataset_summary
 from training.seernet.evaluate import metric_unit, score
+from training.seernet.export import export_seernet
+from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.sample import GraphSample, from_perfgraph
 from training.seernet.train import TrainConfig
 
@@ -130,10 +131,6 @@ def train_from_csv(csv: str | Path, model_column: str, metrics: Sequence[str], d
                    cache: GraphCache | None = None, description: str | None = None,
                    model_format: str = "{}", command: str = "") -> TrainOutcome:
     """Everything ``python -m training.byod train`` does (see the module doc)."""
-    from training.seernet.data import dataset_summary
-    from training.seernet.export import export_seernet
-    from training.seernet.manifest import model_entry, write_manifest
-
     if not DEVICE_NAME.match(device):
         raise ByodError(f"bad device name {device!r}: use letters, digits, '_', '-', '.' "
                         "(it names the folder and the --device of perfseer-rt predict)")

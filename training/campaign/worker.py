@@ -33,9 +33,9 @@ from typing import Any
 
 from perfseer_rt import extract
 from training.campaign.plan import Item
+from training.campaign.probe import speed_probe
 from training.campaign.targets import METRICS, TIME, Target, TargetSpec
 from training.campaign.zoo_cases import ZOO_ENV, export_case, export_worker_init
-from training.campaign.probe import speed_probe
 from training.dataset.plan import pick_batches
 from training.dataset.splits import split_arch, split_family, split_real
 

@@ -108,7 +108,7 @@ def card(dataset: str | Path) -> str:
         f"{sum(r['status'] == 'ok' for r in records if r.get('reference'))} times in all to watch "
         f"drift (see Quality); the training loader merges each into one sample (metric medians), "
         f"so it sees {len(ok_keys)} configurations." if refs else "",
-        f"- Splits (by architecture): " + ", ".join(
+        "- Splits (by architecture): " + ", ".join(
             f"{s} {sum(r['split_arch'] == s for r in ok)}" for s in ("train", "val", "test"))
         + "; family-held-out test: " + ", ".join(sorted({r['family'] for r in ok
                                                           if r['split_family'] == 'test'})) + ".",

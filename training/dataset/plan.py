@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import Iterator
 
+from training.zoo import ModelConfig, sample
+
 #: Share of each family in the stream (normalised).
 FAMILY_WEIGHTS: dict[str, float] = {
     "perfseer": 0.30, "nb201": 0.14,
@@ -31,8 +33,6 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 def cpu_variant(config, rng: random.Random):
     """The config with a CPU-sized resolution / sequence length."""
-    from training.zoo import ModelConfig
-
     params = dict(config.params)
     if config.family in ("nb201", "timm", "hf"):
         return config  # NB201 is 32x32; the published families sample their own input sizes
@@ -51,8 +51,6 @@ def cpu_variant(config, rng: random.Random):
 def architecture_stream(seed: int, families: tuple[str, ...] | None = None) -> Iterator:
     """An endless deterministic stream of CPU-sized zoo configs, drawn from
     ``families`` (default: all of :data:`FAMILY_WEIGHTS`) by their weights."""
-    from training.zoo import sample
-
     rng = random.Random(seed)
     families = sorted(families or FAMILY_WEIGHTS)
     unknown = [f for f in families if f not in FAMILY_WEIGHTS]

@@ -24,8 +24,8 @@ from perfseer_rt.gpu import features as F
 from perfseer_rt.gpu.prior import PRIOR_FORMAT, PROVENANCE
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpuprior import models as M
-from training.gpuprior.devices import write_entries
 from training.gpuprior.data import FILES, data_root, load_family, load_specs
+from training.gpuprior.devices import write_entries
 from training.gpuprior.evaluate import leave_one_gpu_out
 from training.gpuprior.report import write_report
 

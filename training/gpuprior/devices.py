@@ -88,6 +88,7 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
             "memory_overhead": {"cuda_context_mib": CUDA_CONTEXT_MIB,
                                 "cublas_workspace_mib": CUBLAS_WORKSPACE_MIB},
             "assumptions": ASSUMPTIONS, "accuracy": accuracy, "calibration": None,
+            "calibration_source": None,
             "training_data": {"configurations": sum(f["rows"] for f in prior_doc["families"].values())},
         }
         (root / name).mkdir(parents=True, exist_ok=True)

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
-import json
-
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.predict.manifest import (FORMAT, INPUT_NAMES, INTRA_OP_THREADS, OUTPUT_NAMES,
-                                          SCHEMA_VERSION, parse_manifest)
+from perfseer_rt.predict.manifest import (
+    FORMAT,
+    INPUT_NAMES,
+    INTRA_OP_THREADS,
+    OUTPUT_NAMES,
+    SCHEMA_VERSION,
+    parse_manifest,
+)
 from training.seernet.evaluate import metric_unit
 from training.seernet.normalization import Normalization
 

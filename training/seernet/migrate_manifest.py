@@ -15,8 +15,7 @@ import sys
 from typing import Sequence
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.predict.manifest import (FORMAT, ManifestError, parse_manifest, upgrade_v1,
-                                          upgrade_v2)
+from perfseer_rt.predict.manifest import FORMAT, ManifestError, parse_manifest, upgrade_v1, upgrade_v2
 
 
 def migrate(path: str) -> bool:

@@ -51,7 +51,6 @@ from training.seernet.train import (
     train_model,
 )
 
-
 #: The models that ship (exported to ONNX) and so get calibrated intervals.
 SHIPPABLE = ("seernet", "seernet_multi")
 #: The split whose models ship, in order of preference.
@@ -195,7 +194,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     ps = {k: prepare(v, norm, train_metrics) for k, v in parts.items()}
     test_true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in parts["test"]])
     test_true = test_true.reshape(len(parts["test"]), len(metrics))
-    batches = np.array([s.batch for s in parts["test"]], dtype=np.int64)
+    np.array([s.batch for s in parts["test"]], dtype=np.int64)
     result_val: dict[str, np.ndarray] = {}
     result: dict = {
         "sizes": {k: len(v) for k, v in parts.items()},
@@ -393,7 +392,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
         lines += [head, "|" + "---|" * (3 + 2 * len(metrics))]
         ranked = sorted(res["models"].items(),
                         key=lambda kv: (kv[1]["mean_mape"] is None, kv[1]["mean_mape"]))
-        for name, r in ranked:
+        for _name, r in ranked:
             cells = " | ".join(f"{_fmt(r['metrics'][m]['mape'])} | {_fmt(r['metrics'][m]['within_10'], 1)}"
                                for m in metrics)
             params = "trees" if r["parameters"] is None else f"{r['parameters']:,}"
@@ -461,7 +460,8 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
               "|" + "---|" * (2 + len(batches))]
     for m in metrics:
         acc = ho["accuracy"][m]
-        cell = (lambda a: "n/a" if not a or a.get("mape") is None else f"{a['mape']:.1f} ({a['count']})")
+        def cell(a):
+            return ("n/a" if not a or a.get("mape") is None else f"{a['mape']:.1f} ({a['count']})")
         lines.append(f"| {m} | {cell(acc['all'])} | "
                      + " | ".join(cell(acc["by_batch"].get(b)) for b in batches) + " |")
     lines += ["", "Interval coverage (stated vs held, %):", "",

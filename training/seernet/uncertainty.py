@@ -76,7 +76,8 @@ def fire_rates(scores: np.ndarray, errors: np.ndarray, threshold: float) -> dict
     """Share (%) of bad (> 25 %) and good (<= 10 %) configs the warning fires on."""
     bad, good = errors > BAD_PCT, errors <= GOOD_PCT
     fires = scores > threshold
-    rate = (lambda m: float(100 * fires[m].mean()) if m.any() else None)
+    def rate(m):
+        return (float(100 * fires[m].mean()) if m.any() else None)
     return {"fires_on_error_gt_25_pct": rate(bad), "fires_on_error_le_10_pct": rate(good),
             "configs_gt_25": int(bad.sum()), "configs_le_10": int(good.sum()),
             "fires_overall_pct": float(100 * fires.mean()) if len(fires) else None}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.zoo.errors import SpecError
+from training.zoo.registry import get_family
 
 
 def canonical_json(obj: Any) -> str:
@@ -45,8 +46,6 @@ class ModelConfig:
     batch: int | None = None
 
     def __post_init__(self) -> None:
-        from training.zoo.registry import get_family
-
         fam = get_family(self.family)
         params = fam.normalize(copy.deepcopy(dict(self.params)))
         # JSON round trip: tuples -> lists, so equal configs compare equal.
@@ -120,6 +119,6 @@ class ModelConfig:
         return hash(self.to_json())
 
     def __repr__(self) -> str:
-        from training.zoo.spec import to_spec
-
-        return f"ModelConfig({to_spec(self)!r}, arch_id={self.arch_id})"
+        # the constructor's spelling; training.zoo.spec.to_spec gives the spec string
+        # (spec imports this module, so this one does not import spec)
+        return f"ModelConfig({self.family!r}, {self.params!r}, batch={self.batch!r})"

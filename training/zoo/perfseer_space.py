@@ -4,7 +4,12 @@ Network: stem Conv3x3/s2 (``stem`` = 32 channels)-BN-ReLU; four stages, each
 halving the resolution at its start and built in its own style; global average
 pooling; Linear(classes). At res 224 the stages run at 56, 28, 14, 7 pixels.
 
-Spec: ``perfseer:res=224,s1=resnet-d2-w64-k3-r1,s2=mobilenet-d3-w96-k5-r6,s3=resnext-d2-w256-k3-r0.5-g16,s4=densenet-d6-w32-k3-r4``
+Spec, e.g.::
+
+    perfseer:res=224,s1=resnet-d2-w64-k3-r1,s2=mobilenet-d3-w96-k5-r6,s3=resnext-d2-w256-k3-r0.5-g16,
+             s4=densenet-d6-w32-k3-r4
+
+(one line, no spaces; wrapped here)
 
 A stage token is ``STYLE-dDEPTH-wWIDTH[-kKERNEL][-rRATIO][-gGROUP]``:
 

@@ -1,6 +1,7 @@
 """Import timm and transformers under a CPU-only torch.
 
-timm imports torchvision (and so does transformers when torchvision is installed) (``torchvision.ops.misc.FrozenBatchNorm2d`` and its
+timm imports torchvision (and so does transformers when torchvision is installed)
+(``torchvision.ops.misc.FrozenBatchNorm2d`` and its
 transforms), and the only torchvision wheel on PyPI for torch 2.13
 (``torchvision==0.28.0``) is a CUDA build: its compiled extension ``_C.so``
 links ``libtorch_cuda.so`` and cannot load under the CPU torch, after which

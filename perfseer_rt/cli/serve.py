@@ -26,9 +26,10 @@ from perfseer_rt.install import installed_flavours
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=2, show_default=True,
               envvar="PERFSEER_RT_MAX_CONCURRENCY",
               help="Predictions running at once (then 503 busy).")
-def serve(host, port, model_dir, max_upload_mb, timeout_s, max_concurrency):
+def serve(host: str, port: int, model_dir: Path | None, max_upload_mb: float, timeout_s: float,
+          max_concurrency: int) -> None:
     """Serve predictions over HTTP/JSON (OpenAPI page at /docs)."""
-    try:  # the web stack is the [serve] extra, imported only here
+    try:  # deliberately lazy: the web stack is the [serve] extra, imported only here
         import uvicorn
 
         from perfseer_rt.serve.app import Settings, create_app

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import click
+from tqdm import tqdm
+
+from perfseer_rt.calibrate.api import calibrate as do_calibrate
+from perfseer_rt.calibrate.reference import references
+from perfseer_rt.cli.common import emit_json
 
 
 @click.command()
@@ -18,17 +23,12 @@ import click
               help="Profile only the first N (smallest) reference models (default: all 16, about a minute).")
 @click.option("--force", is_flag=True, help="Replace an existing entry of that name.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def calibrate(name, base, provider, out, n_models, force, as_json):
+def calibrate(name: str | None, base: str, provider: str, out: str | None, n_models: int | None,
+              force: bool, as_json: bool) -> None:
     """Profile bundled reference models here; write a calibrated device entry."""
-    from tqdm import tqdm
-
-    from perfseer_rt.calibrate.api import calibrate as do_calibrate
-    from perfseer_rt.calibrate.reference import references
-    from perfseer_rt.cli import emit_json
-
     refs = references()[:n_models] if n_models else references()
     with tqdm(total=len(refs), unit="model", desc="calibrate", disable=as_json, leave=False) as bar:
-        def progress(done, total, model):
+        def progress(done: int, total: int, model: str) -> None:
             bar.set_postfix_str(model)
             bar.update(1)
 

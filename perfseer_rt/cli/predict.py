@@ -7,51 +7,24 @@ missing and are then left out of the table.
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
+from typing import Any
 
 import click
 
-from perfseer_rt.errors import ModelLoadError, PerfSeerError
-
-#: More (model, batch) jobs than this show a progress bar on stderr.
-PROGRESS_MIN_JOBS = 8
-
-
-def expand_models(paths: tuple[str, ...] | list[str]) -> list[str]:
-    """Files as given; a folder becomes its ``*.onnx`` files (recursively, sorted)."""
-    out: list[str] = []
-    for p in paths:
-        if os.path.isdir(p):
-            found = sorted(str(f) for f in Path(p).rglob("*.onnx") if f.is_file())
-            if not found:
-                raise ModelLoadError(f"folder {p!r} holds no .onnx files")
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
-
-
-def parse_batches(text: str | None) -> list[int | None]:
-    """``"1,8,32"`` -> ``[1, 8, 32]``; None -> ``[None]`` (the model's own batch)."""
-    if text is None:
-        return [None]
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-        if not values or any(v < 1 for v in values):
-            raise ValueError
-    except ValueError:
-        raise PerfSeerError(f"--batch {text!r}: expected positive integers separated by "
-                            "commas, e.g. --batch 1,8,32") from None
-    return list(dict.fromkeys(values))
+from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
+from perfseer_rt.predict.budget import check as do_check
+from perfseer_rt.predict.budget import fit as do_fit
+from perfseer_rt.predict.explain import device_rows
+from perfseer_rt.predict.many import expand_models, parse_batches, predict_many
+from perfseer_rt.predict.train_mode import summary
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e5 else f"{x:,.0f}"
 
 
-def metric_cell(m: dict) -> str:
+def metric_cell(m: dict[str, Any]) -> str:
     """``value`` or ``value [lo, hi]`` (the interval when there is one)."""
     cell = _fmt(m["value"])
     iv = m.get("interval")
@@ -61,13 +34,13 @@ def metric_cell(m: dict) -> str:
     return cell
 
 
-def render_table(results: list[dict]) -> str:
+def render_table(results: list[dict[str, Any]]) -> str:
     """A human-readable table: one header per predictor, one row per model x batch,
     then what each column means."""
     if not results:
         return "no models"
     lines: list[str] = []
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in results:
         p = r.get("predictor") or {"device": r.get("device")}
         groups.setdefault((p.get("device"), p.get("model")), []).append(r)
@@ -120,50 +93,18 @@ def render_table(results: list[dict]) -> str:
     return "\n".join(lines).rstrip()
 
 
-def predict_many(models: list[str], batches: list[int | None], *, device=None, metrics=None,
-                 input_shapes=None, model_name=None, precision=None, dims=None,
-                 progress: bool | None = None, mode: str = "inference") -> list[dict]:
-    """Predict every model at every batch size: extraction per (model, batch)
-    with a progress bar on stderr when there are many, then one batched
-    prediction. Results are in model-major order."""
-    from tqdm import tqdm
-
-    from perfseer_rt.graph.extract import extract
-    from perfseer_rt.predict.api import predict
-    from perfseer_rt.predict.registry import get_predictor
-    from perfseer_rt.predict.train_mode import check_mode, get_train_predictor
-
-    # an unknown device (or one without a training-step predictor) fails before any extraction
-    get_train_predictor(device) if check_mode(mode) == "train" else get_predictor(device)
-    jobs = [(m, b) for m in models for b in batches]
-    show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
-        else progress
-    graphs = [extract(m, batch=b, input_shapes=input_shapes, dims=dims)
-              for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
-                               file=sys.stderr)]
-    results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision, mode=mode)
-    for r, (m, _) in zip(results, jobs):
-        r["model"] = m
-    return results
-
-
 _device_opt = click.option("--device", default=None,
                            help="Predictor device (see `perfseer-rt devices`).")
 _model_opt = click.option("--model", "model_name", default=None,
                           help="Which of the device's predictors (default: the most accurate).")
-_input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
-                          help="Shape of one graph input (repeatable).")
-_dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
-                        help="Size of every input dim with this symbolic name (repeatable).")
 
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=False))
 @click.option("--batch", "batch", default=None, metavar="N[,N...]",
               help="Batch size(s), e.g. 8 or 1,8,32 (default: the model's own, else 1).")
-@_input_opt
-@_dim_opt
+@input_opt
+@dim_opt
 @_device_opt
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
 @_model_opt
@@ -176,10 +117,10 @@ _dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
                    "backward, optimizer update) with the device's training-step predictor.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
-def predict(models, batch, inputs, dims, device, metrics, model_name, precision, mode, as_json):
+def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
+            device: str | None, metrics: str | None, model_name: str | None, precision: str | None,
+            mode: str, as_json: bool) -> None:
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
-    from perfseer_rt.cli import emit_json, parse_dims, parse_input_shapes
-
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
@@ -193,12 +134,8 @@ def predict(models, batch, inputs, dims, device, metrics, model_name, precision,
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def devices(as_json):
+def devices(as_json: bool) -> None:
     """List the predictors (shipped and calibrated) with their test accuracy."""
-    from perfseer_rt.cli import emit_json
-    from perfseer_rt.predict.explain import device_rows
-    from perfseer_rt.predict.train_mode import summary
-
     rows = [{**r, "train_mode": summary(r["device"])} for r in device_rows()]
     if as_json:
         emit_json(rows)
@@ -230,7 +167,7 @@ def devices(as_json):
                 click.echo(f"    {x['name']:<18} [{x['unit']}]  test MAPE {mape}")
 
 
-def _judged(c: dict) -> str:
+def _judged(c: dict[str, Any]) -> str:
     how = ("interval upper end" if c["judged_by"] == "interval_upper"
            else "predicted value, no interval")
     return (f"{c['metric']} {_fmt(c['judged'])} {c.get('unit') or ''} ({how}) "
@@ -244,16 +181,14 @@ def _judged(c: dict) -> str:
 @click.option("--max-memory-mb", type=float, default=None,
               help="Memory budget, MiB (over the process baseline, as predicted).")
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
-@_input_opt
+@input_opt
 @_model_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-def check(model, device, max_latency_ms, max_memory_mb, batch, inputs, model_name, as_json):
+def check(model: str, device: str | None, max_latency_ms: float | None, max_memory_mb: float | None,
+          batch: int | None, inputs: tuple[str, ...], model_name: str | None, as_json: bool) -> None:
     """Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input.
 
     A prediction with an interval is judged by its upper end."""
-    from perfseer_rt.cli import emit_json, parse_input_shapes
-    from perfseer_rt.predict.budget import check as do_check
-
     verdict = do_check(model, device, max_latency_ms=max_latency_ms,
                        max_memory_mb=max_memory_mb, batch=batch,
                        input_shapes=parse_input_shapes(inputs), predictor_model=model_name)
@@ -284,15 +219,13 @@ def check(model, device, max_latency_ms, max_memory_mb, batch, inputs, model_nam
               help="Largest value to try.")
 @_model_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
-def fit(model, device, max_memory_mb, max_latency_ms, dim, batch, max_value, model_name,
-        as_json):
+def fit(model: str, device: str | None, max_memory_mb: float, max_latency_ms: float | None,
+        dim: str | None, batch: int | None, max_value: int, model_name: str | None,
+        as_json: bool) -> None:
     """The largest batch (or --dim value) of MODEL within budget on a device.
 
     Judged by the upper end of each prediction's interval when there is one.
     Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
-    from perfseer_rt.cli import emit_json
-    from perfseer_rt.predict.budget import fit as do_fit
-
     ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
                  dim=dim, batch=batch, predictor_model=model_name, max_value=max_value)
     if as_json:

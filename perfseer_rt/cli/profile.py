@@ -1,7 +1,6 @@
 """``perfseer-rt profile``: measure one ONNX model here, on the CPU or a GPU.
 
-Registered by ``perfseer_rt.cli`` (it looks for the click command ``profile``
-in this module). Exit codes: 0 measured; 1 the run failed (status ``oom`` or
+Exit codes: 0 measured; 1 the run failed (status ``oom`` or
 ``error``, the record is still printed); 2 a user error (unknown provider,
 no GPU, missing file, unresolved shape), as one line on stderr.
 """
@@ -10,17 +9,24 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import click
 
+from perfseer_rt.cli.common import input_opt, parse_input_shapes
+from perfseer_rt.profile.api import profile as run_profile
+from perfseer_rt.profile.cuda import CUDA_SETTINGS
+from perfseer_rt.profile.session import provider_name
+from perfseer_rt.profile.timing import MeasureSettings
 
-def _fmt(v, spec: str = ".3f", unit: str = "") -> str:
+
+def _fmt(v: Any, spec: str = ".3f", unit: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     return f"{v:{spec}}{unit}"
 
 
-def summary(rec: dict) -> str:
+def summary(rec: dict[str, Any]) -> str:
     """A few readable lines for people."""
     env = rec.get("env") or {}
     where = env.get("gpu_name") if rec.get("provider_used") == "CUDAExecutionProvider" \
@@ -64,8 +70,7 @@ def summary(rec: dict) -> str:
               help="Execution provider to measure on.")
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Batch size; resolves a dynamic first input dim.")
-@click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
-              help="Shape of one graph input (repeatable).")
+@input_opt
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Intra-op threads (CPU provider).")
 @click.option("--min-runs", type=click.IntRange(min=1), default=10, show_default=True,
@@ -77,15 +82,10 @@ def summary(rec: dict) -> str:
 @click.option("--conv-algo", type=click.Choice(["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]),
               default=None, help="CUDA cudnn_conv_algo_search [default: EXHAUSTIVE].")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-def profile(model, provider, batch, inputs, threads, min_runs, min_time, max_time, conv_algo,
-            as_json):
+def profile(model: str, provider: str, batch: int | None, inputs: tuple[str, ...], threads: int,
+            min_runs: int, min_time: float | None, max_time: float, conv_algo: str | None,
+            as_json: bool) -> None:
     """Measure latency, peak memory (and on CUDA utilization and energy) of MODEL."""
-    from perfseer_rt.cli import parse_input_shapes
-    from perfseer_rt.profile.api import profile as run_profile
-    from perfseer_rt.profile.cuda import CUDA_SETTINGS
-    from perfseer_rt.profile.session import provider_name
-    from perfseer_rt.profile.timing import MeasureSettings
-
     is_cuda = provider_name(provider) == "CUDAExecutionProvider"
     base = CUDA_SETTINGS if is_cuda else MeasureSettings()
     min_time = base.min_time_s if min_time is None else min_time

@@ -1,0 +1,58 @@
+"""What every ``perfseer-rt`` command shares: option parsers, JSON output,
+the options spelled the same everywhere."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from perfseer_rt.errors import PerfSeerError
+
+
+def parse_input_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME:D1xD2x...`` options into a name -> shape mapping."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for value in values:
+        name, sep, dims = value.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise PerfSeerError(
+                f"--input {value!r}: expected NAME:D1xD2x... with positive integer "
+                "dims, e.g. --input pixel_values:1x3x224x224") from None
+        shapes[name] = shape
+    return shapes
+
+
+def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
+    """Parse ``NAME=VALUE`` options (symbolic input dims) into a mapping."""
+    dims: dict[str, int] = {}
+    for value in values:
+        name, sep, num = value.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            dims[name.strip()] = int(num)
+            if dims[name.strip()] < 0:
+                raise ValueError
+        except ValueError:
+            raise PerfSeerError(f"--dim {value!r}: expected NAME=VALUE with a non-negative "
+                                "integer, e.g. --dim seq=128") from None
+    return dims
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON document to stdout."""
+    click.echo(json.dumps(obj, indent=None, separators=(",", ":")))
+
+
+input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
+                         help="Shape of one graph input (repeatable).")
+dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+                       help="Size of every input dim with this symbolic name (repeatable).")

@@ -1,0 +1,74 @@
+"""Many models at many batch sizes: the shared front of ``perfseer-rt predict``
+and ``POST /predict`` (parsing a batch list, expanding folders, one batched
+prediction over every (model, batch) graph)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm import tqdm
+
+from perfseer_rt.errors import ModelLoadError, PerfSeerError
+from perfseer_rt.graph.extract import extract
+from perfseer_rt.predict.api import predict
+from perfseer_rt.predict.registry import get_predictor
+from perfseer_rt.predict.train_mode import check_mode, get_train_predictor
+
+#: More (model, batch) jobs than this show a progress bar on stderr.
+PROGRESS_MIN_JOBS = 8
+
+
+def expand_models(paths: Sequence[str]) -> list[str]:
+    """Files as given; a folder becomes its ``*.onnx`` files (recursively, sorted)."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(f) for f in Path(p).rglob("*.onnx") if f.is_file())
+            if not found:
+                raise ModelLoadError(f"folder {p!r} holds no .onnx files")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def parse_batches(text: str | None) -> list[int | None]:
+    """``"1,8,32"`` -> ``[1, 8, 32]``; None -> ``[None]`` (the model's own batch)."""
+    if text is None:
+        return [None]
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+        if not values or any(v < 1 for v in values):
+            raise ValueError
+    except ValueError:
+        raise PerfSeerError(f"--batch {text!r}: expected positive integers separated by "
+                            "commas, e.g. --batch 1,8,32") from None
+    return list(dict.fromkeys(values))
+
+
+def predict_many(models: list[str], batches: list[int | None], *, device: str | None = None,
+                 metrics: Sequence[str] | None = None,
+                 input_shapes: dict[str, tuple[int, ...]] | None = None,
+                 model_name: str | None = None, precision: str | None = None,
+                 dims: dict[str, int] | None = None,
+                 progress: bool | None = None, mode: str = "inference") -> list[dict[str, Any]]:
+    """Predict every model at every batch size: extraction per (model, batch)
+    with a progress bar on stderr when there are many, then one batched
+    prediction (``mode``: ``"inference"`` or ``"train"``, as :func:`predict`).
+    Results are in model-major order."""
+    # an unknown device (or one without a training-step predictor) fails before any extraction
+    get_train_predictor(device) if check_mode(mode) == "train" else get_predictor(device)
+    jobs = [(m, b) for m in models for b in batches]
+    show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
+        else progress
+    graphs = [extract(m, batch=b, input_shapes=input_shapes, dims=dims)
+              for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
+                               file=sys.stderr)]
+    results = predict(graphs, device=device, metrics=metrics, model=model_name,
+                      precision=precision, mode=mode)
+    for r, (m, _) in zip(results, jobs):
+        r["model"] = m
+    return results
