@@ -35,7 +35,7 @@ from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.errors import PerfSeerError  # noqa: E402
 
 #: Named dims tried on models with symbolic non-batch dims.
-DIMS = {"seq": 16, "past": 4, "sequence": 16, "batch": 2}
+DIMS = {"seq": 16, "past": 4, "sequence": 16, "batch": 2, "past_seq": 4, "total_seq": 20}
 
 
 def corpus(zoo: list[Path], fuzz: int, seed: int):

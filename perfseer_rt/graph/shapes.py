@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from perfseer_rt.errors import ShapeError
+from perfseer_rt.errors import LimitError, ShapeError
 from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MIN_BATCH, Deadline
 
 log = logging.getLogger(__name__)
@@ -316,6 +316,10 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
     values: dict[str, np.ndarray] = {}
     if model is not None and needed - shapes.keys() and folded:
         values.update(_small_initializers(model, sk))
+    if needed - shapes.keys() and folded:
+        done = _complete_per_node(sk, folded, shapes, values, deadline)
+        if done is not None and not needed - done.keys():
+            return done, "onnx+constant-evaluation"
     for _ in range(16):
         if not needed - shapes.keys() or not folded:
             break
@@ -331,6 +335,135 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
         shapes.update(again)
         engine = "onnx+constant-evaluation"
     return shapes, engine
+
+
+_SCHEMAS: dict[tuple[str, str, int], object] = {}
+
+
+def _schema(op: str, domain: str, version: int):
+    """onnx's schema of a standard op at an opset (cached; None if unknown)."""
+    key = (op, domain, version)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = onnx.defs.get_schema(op, version, domain)
+        except Exception:  # noqa: BLE001 - SchemaError: not a standard op
+            _SCHEMAS[key] = None
+    return _SCHEMAS[key]
+
+
+def _static(tp: onnx.TypeProto) -> TypedShape | None:
+    """(elem_type, shape) of a TypeProto with every dim a number >= 0."""
+    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = []
+    for d in tp.tensor_type.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(d.dim_value)
+    return tp.tensor_type.elem_type, tuple(dims)
+
+
+def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
+                       shapes: dict[str, TypedShape], known: dict[str, np.ndarray],
+                       deadline: Deadline | None) -> dict[str, TypedShape] | None:
+    """Shapes that whole-graph inference left open, in one topological pass.
+
+    Folded nodes get their values (:func:`_fast_value`, ``Shape``/``Size``
+    from inferred shapes, else onnx's reference evaluator on that node);
+    every node with an output still unshaped runs onnx's own inference of
+    that one node (``infer_node_outputs``) with its inputs' shapes and the
+    constant values among them. This replaces rounds of whole-graph
+    inference (one per level of shape dependency) by one pass. A computed
+    value's tensor takes the value's type and shape, as when values are
+    injected as initializers. Returns the completed shapes, or None (the
+    caller falls back to rounds) on any failure.
+    """
+    from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
+
+    shapes = dict(shapes)
+    avail: dict[str, np.ndarray] = dict(known)
+    for init in sk.graph.initializer:
+        if init.name not in avail:
+            try:
+                avail[init.name] = numpy_helper.to_array(init)
+            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+                continue
+    folded_outs = {o for n in folded for o in n.output if o}
+    opsets = {(imp.domain or ""): imp.version for imp in sk.opset_import}
+    opset_list = list(sk.opset_import)
+    computed: dict[str, np.ndarray] = {}
+    try:
+        for k, node in enumerate(sk.graph.node):
+            if deadline is not None and not k % 512:
+                deadline.check("shape inference")
+            outs = [o for o in node.output if o]
+            if not outs:
+                continue
+            op = node.op_type
+            if outs[0] in folded_outs and not all(o in avail for o in outs):
+                vals = None
+                if op in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+                    if node.input and node.input[0] in shapes:
+                        dims = np.array(shapes[node.input[0]][1], dtype=np.int64)
+                        if op == "Size":
+                            vals = (np.array(int(np.prod(dims)), dtype=np.int64),)
+                        else:
+                            attrs = {a.name: a.i for a in node.attribute}
+                            vals = (dims[attrs.get("start", 0):attrs.get("end")],)
+                elif not (op == "Constant" and not _constant_has_data(node)):
+                    vals = _fast_value(node, avail)
+                    if vals is None and all(i == "" or i in avail for i in node.input) \
+                            and not _output_too_big(node, avail):
+                        inputs = [i for i in dict.fromkeys(node.input) if i]
+                        graph = helper.make_graph(
+                            [node], "constant", [], [onnx.ValueInfoProto(name=o) for o in outs],
+                            initializer=[numpy_helper.from_array(np.asarray(avail[i]), i)
+                                         for i in inputs])
+                        try:
+                            vals = tuple(ReferenceEvaluator(helper.make_model(
+                                graph, opset_imports=opset_list)).run(None, {}))
+                        except Exception:  # noqa: BLE001 - this value stays unknown
+                            vals = None
+                if vals is not None and len(vals) == len(outs):
+                    for o, v in zip(outs, vals):
+                        v = np.asarray(v)
+                        if v.size <= MAX_CONST_ELEMS:
+                            avail[o] = computed[o] = v
+                            shapes[o] = (helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            missing = [o for o in outs if o not in shapes and o not in computed]
+            if not missing:
+                continue
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for a in node.attribute):
+                continue  # control flow: left to the caller's rules
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            schema = _schema(op, domain, opsets.get(domain, 0)) if domain in opsets else None
+            if schema is None:
+                continue  # custom op: left to the caller's rules
+            types, data = {}, {}
+            for i in node.input:
+                if not i:
+                    continue
+                typed = shapes.get(i)
+                if typed is None:
+                    break
+                types[i] = helper.make_tensor_type_proto(typed[0], list(typed[1]))
+                if i in avail:
+                    data[i] = numpy_helper.from_array(np.asarray(avail[i]), i)
+            else:
+                res = onnx.shape_inference.infer_node_outputs(
+                    schema, node, types, data, opset_imports=opset_list,
+                    ir_version=sk.ir_version)
+                for o in missing:
+                    typed = _static(res[o]) if o in res else None
+                    if typed is not None:
+                        shapes[o] = typed
+    except LimitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure: the caller's rounds decide
+        log.debug("per-node shape completion failed: %s", exc)
+        return None
+    return shapes
 
 
 def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str, np.ndarray]:
