@@ -193,29 +193,24 @@ _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 def _check_names(g: onnx.GraphProto, name: str) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
-    bad = None
+    texts: list = []
     for n in g.node:
-        for s in (n.name, n.op_type, n.domain, *n.input, *n.output):
-            if type(s) is not str:
-                bad = s
-                break
-        if bad is None:
-            for a in n.attribute:
-                if type(a.name) is not str:
-                    bad = a.name
-                    break
-        if bad is not None:
-            break
-    if bad is None:
-        for s in (*(v.name for v in g.input), *(v.name for v in g.output),
-                  *(v.name for v in g.value_info), *(t.name for t in g.initializer),
-                  *(t.values.name for t in g.sparse_initializer)):
-            if type(s) is not str:
-                bad = s
-                break
-    if bad is not None:
-        raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
-                         f"({bytes(bad)[:40]!r})")
+        texts += (n.name, n.op_type, n.domain)
+        texts += n.input
+        texts += n.output
+        texts += [a.name for a in n.attribute]
+    texts += [v.name for v in g.input]
+    texts += [v.name for v in g.output]
+    texts += [v.name for v in g.value_info]
+    texts += [t.name for t in g.initializer]
+    texts += [t.values.name for t in g.sparse_initializer]
+    try:
+        "".join(texts)  # fails on the first bytes object, at C speed
+        return
+    except TypeError:
+        bad = next(s for s in texts if type(s) is not str)
+    raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
+                     f"({bytes(bad)[:40]!r})")
 
 
 def _stored_bytes(t: onnx.TensorProto) -> int | None:
@@ -284,11 +279,25 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
 
-    needed = {t for n in nodes for t in _costed_tensors(n)}
+    # Each node's fields are read from protobuf once (every access costs).
+    ops = [n.op_type for n in nodes]
+    node_ins = [tuple(n.input) for n in nodes]
+    node_outs = [tuple(n.output) for n in nodes]
+    needed = set()
+    for op, ins_, outs_ in zip(ops, node_ins, node_outs):
+        params = PARAM_INPUTS.get(op)
+        if params:
+            needed.update(t for pos, t in enumerate(ins_) if t and pos not in params)
+        else:
+            needed.update(ins_)
+        needed.update(outs_)
+    needed.discard("")
     kept_set = set(kept)
     folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
     shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
-    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
+    all_outs = {o for outs_ in node_outs for o in outs_ if o}
+    if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
+        shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -322,7 +331,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             ti = tinfo[t] = TensorInfo(t, shape, size)
         return ti
 
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
     n_nodes = len(nodes)
     # Per-node features are gathered column-wise (one list per column, one
     # numpy assignment per column at the end); only the op-specific cost
@@ -352,9 +361,9 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     for k, node in enumerate(nodes):
         if not k % 4096:
             deadline.check("node costs")
-        op = node.op_type
-        node_in = tuple(node.input)
-        node_out = tuple(node.output)
+        op = ops[k]
+        node_in = node_ins[k]
+        node_out = node_outs[k]
         params = PARAM_INPUTS.get(op, empty)
         ins = [info(t) if t and pos not in params else None
                for pos, t in enumerate(node_in)]
@@ -466,7 +475,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     warnings += control_notes
     return PerfGraph(
         node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
-        node_ops=[n.op_type for n in nodes], x=x, edge_index=edge_index,
+        node_ops=ops, x=x, edge_index=edge_index,
         edge_attr=edge_attr, edge_tensors=edge_tensors, edge_shapes=edge_shapes, u=u,
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
@@ -612,13 +621,6 @@ def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> 
         raise
     except PerfSeerError:
         return None
-
-
-def _costed_tensors(node) -> list[str]:
-    """Tensors whose shapes the costs need: outputs and non-parameter inputs."""
-    params = PARAM_INPUTS.get(node.op_type, frozenset())
-    return [t for pos, t in enumerate(node.input) if t and pos not in params] + \
-        [t for t in node.output if t]
 
 
 def _edge_row(typed, itemsize: float) -> list[float]:

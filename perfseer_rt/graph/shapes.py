@@ -268,10 +268,7 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
     g = model.graph
     for vis in (g.input, g.value_info, g.output):
         for vi in vis:
-            typ = vi.type
-            if not typ.HasField("tensor_type"):
-                continue
-            tt = typ.tensor_type
+            tt = vi.type.tensor_type  # unset (another type): no shape either
             if not tt.HasField("shape"):
                 continue
             dim = tt.shape.dim
