@@ -125,10 +125,21 @@ def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | N
     return _guarded(model, work)
 
 
-def count_nodes(graph: onnx.GraphProto, cap: int) -> int:
+def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = None) -> int:
     """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
     total = len(graph.node)
-    stack = [graph]
+    stack = []
+    if table is None:
+        stack.append(graph)
+    else:  # the top graph's attributes from the table
+        for row in table:
+            for a in row[5]:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    total += len(a.g.node)
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    total += sum(len(g.node) for g in a.graphs)
+                    stack.extend(a.graphs)
     while stack and total <= cap:
         for node in stack.pop().node:
             for a in node.attribute:
@@ -141,20 +152,22 @@ def count_nodes(graph: onnx.GraphProto, cap: int) -> int:
     return total
 
 
-def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
+def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
+              table: list[NodeRow] | None = None) -> None:
     """Node cap, element types and initializer dims, before any arithmetic."""
-    n = count_nodes(proto.graph, max_nodes)
+    g = proto.graph
+    table = node_table(g) if table is None else table
+    n = count_nodes(g, max_nodes, table)
     if n > max_nodes:
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
-    g = proto.graph
-    _check_names(g, name)
-    for node in g.node:
-        if node.op_type in SPATIAL_OPS:
+    _check_names(g, name, table)
+    for k, row in enumerate(table):
+        if row[0] in SPATIAL_OPS:
             try:
-                check_spatial_attrs(read_attrs(node))
+                check_spatial_attrs(read_attrs(g.node[k]))
             except (GraphError, TypeError, ValueError) as exc:
-                raise GraphError(f"{name}: node {node.name or node.op_type!r}: {exc}") from None
+                raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
@@ -190,15 +203,16 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 
 
-def _check_names(g: onnx.GraphProto, name: str) -> None:
+def _check_names(g: onnx.GraphProto, name: str, table: list[NodeRow]) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
     texts: list = []
-    for n in g.node:
-        texts += (n.name, n.op_type, n.domain)
-        texts += n.input
-        texts += n.output
-        texts += [a.name for a in n.attribute]
+    for op, node_name, domain, ins, outs, attrs in table:
+        texts += (node_name, op, domain)
+        texts += ins
+        texts += outs
+        if attrs:
+            texts += [a.name for a in attrs]
     texts += [v.name for v in g.input]
     texts += [v.name for v in g.output]
     texts += [v.name for v in g.value_info]
@@ -225,13 +239,25 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     return n or None
 
 
+#: One node's protobuf fields, read once: (op_type, name, domain, inputs,
+#: outputs, attributes). Every protobuf field access costs ~0.2 us, and
+#: validation, folding and costing all walk every node.
+NodeRow = tuple
+
+
+def node_table(graph: onnx.GraphProto) -> list[NodeRow]:
+    return [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output), list(n.attribute))
+            for n in graph.node]
+
+
 class _Structure:
     """What extraction knows of a model before any batch size or input shape
     is given: it is validated, its weight inputs found, its constant nodes
     folded away. :func:`extract_batches` builds it once per model."""
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
-        _validate(proto, name, max_nodes)
+        self.table = node_table(proto.graph)
+        _validate(proto, name, max_nodes, self.table)
         self.proto = proto
         self.name = name
         self.max_nodes = max_nodes
@@ -239,7 +265,7 @@ class _Structure:
         inits = {t.name for t in proto.graph.initializer}
         inits.update(t.values.name for t in proto.graph.sparse_initializer)
         inits.update(self.weights)
-        self.const, self.kept = fold_static(proto, inits)
+        self.const, self.kept = fold_static(proto, inits, self.table)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
 
@@ -279,10 +305,10 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
 
-    # Each node's fields are read from protobuf once (every access costs).
-    ops = [n.op_type for n in nodes]
-    node_ins = [tuple(n.input) for n in nodes]
-    node_outs = [tuple(n.output) for n in nodes]
+    rows = [st.table[i] for i in kept]
+    ops = [r[0] for r in rows]
+    node_ins = [r[3] for r in rows]
+    node_outs = [r[4] for r in rows]
     needed = set()
     for op, ins_, outs_ in zip(ops, node_ins, node_outs):
         params = PARAM_INPUTS.get(op)
@@ -365,10 +391,10 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         node_in = node_ins[k]
         node_out = node_outs[k]
         params = PARAM_INPUTS.get(op, empty)
-        ins = [info(t) if t and pos not in params else None
+        ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
                for pos, t in enumerate(node_in)]
-        outs = [info(t) for t in node_out if t]
-        attributes = node.attribute
+        outs = [tinfo.get(t) or info(t) for t in node_out if t]
+        attributes = rows[k][5]
         if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
             cost, ruled, note = _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth)
             if note:
@@ -474,7 +500,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
     warnings += control_notes
     return PerfGraph(
-        node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
+        node_names=[r[1] or f"{r[0]}_{i}" for i, r in enumerate(rows)],
         node_ops=ops, x=x, edge_index=edge_index,
         edge_attr=edge_attr, edge_tensors=edge_tensors, edge_shapes=edge_shapes, u=u,
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
