@@ -28,7 +28,8 @@ from perfseer_rt.graph.fold import fold_static
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
-                                   check_spatial_attrs, is_known, node_cost, read_attrs)
+                                   check_spatial_attrs, is_known, node_cost, read_attr_list,
+                                   read_attrs)
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
                                       weight_inputs)
@@ -300,8 +301,8 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
     sk = st.skeleton_for(inputs, reuse_skeleton)
     const, kept = st.const, st.kept
-    nodes = [sk.graph.node[i] for i in kept]
-    if not nodes:
+    sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
+    if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
 
@@ -323,7 +324,8 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
     all_outs = {o for outs_ in node_outs for o in outs_ if o}
     if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
-        shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
+        shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
+                                           folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -358,7 +360,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         return ti
 
     producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
-    n_nodes = len(nodes)
+    n_nodes = len(kept)
     # Per-node features are gathered column-wise (one list per column, one
     # numpy assignment per column at the end); only the op-specific cost
     # rules run per node.
@@ -384,7 +386,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     empty: frozenset[int] = frozenset()
-    for k, node in enumerate(nodes):
+    for k in range(n_nodes):
         if not k % 4096:
             deadline.check("node costs")
         op = ops[k]
@@ -396,11 +398,12 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
         attributes = rows[k][5]
         if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
-            cost, ruled, note = _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth)
+            cost, ruled, note = _control_flow_cost(sk_nodes[kept[k]], proto, shapes, max_nodes,
+                                                   deadline, depth)
             if note:
                 control_notes.append(note)
         else:
-            cost, ruled = node_cost(op, ins, outs, read_attrs(node) if attributes else {})
+            cost, ruled = node_cost(op, ins, outs, read_attr_list(attributes) if attributes else {})
         compute = None
         first_typed = None
         for t in (*node_in, *node_out):

@@ -415,8 +415,8 @@ def _check_cost(op: str, cost: NodeCost) -> None:
     """Every number a rule returns is finite and non-negative, or the node's
     attributes were nonsense: a GraphError, never a silent feature."""
     try:
-        if 0 <= float(cost.flops) < math.inf and all(
-                0 <= float(v) < math.inf for v in cost.hparams.values()):
+        if 0 <= float(cost.flops) < math.inf and (not cost.hparams or all(
+                0 <= float(v) < math.inf for v in cost.hparams.values())):
             return  # the common case, without building a list
         bad = [k for k, v in (("flops", cost.flops), *cost.hparams.items())
                if not 0 <= float(v) < math.inf]
@@ -443,8 +443,13 @@ def read_attrs(node: onnx.NodeProto) -> dict:
     """The node's numeric and string attributes as plain Python values
     (strings decoded as UTF-8 with replacement); tensors, graphs and string
     lists are skipped, since no cost rule reads them."""
+    return read_attr_list(node.attribute)
+
+
+def read_attr_list(attributes) -> dict:
+    """:func:`read_attrs` of a node's attribute list."""
     out: dict = {}
-    for a in node.attribute:
+    for a in attributes:
         t = a.type
         if t == _AT.UNDEFINED:  # very old files leave the type unset
             t = (_AT.INTS if a.ints else _AT.FLOATS if a.floats else _AT.STRING if a.s

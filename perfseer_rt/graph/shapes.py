@@ -273,7 +273,7 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
                 continue
             dim = tt.shape.dim
             dims = [d.dim_value for d in dim]
-            if all(v > 0 for v in dims):  # the common case: no unset or 0 dim
+            if not dims or min(dims) > 0:  # the common case: no unset or 0 dim
                 out[vi.name] = (tt.elem_type, tuple(dims))
                 continue
             for d in dim:
