@@ -14,7 +14,8 @@ Run::
     python -m benchmarks.extract_golden compare /tmp/golden
 
 ``compare`` re-extracts every case and reports every difference (arrays
-compared bitwise); it exits 1 on any difference.
+compared bitwise), then extracts each model at all of its batch sizes with
+``extract_batches`` and compares those too; it exits 1 on any difference.
 """
 
 from __future__ import annotations
@@ -32,21 +33,29 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import fuzz_extract  # noqa: E402
 from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.graph import extract_batches  # noqa: E402
 from perfseer_rt.errors import PerfSeerError  # noqa: E402
 
 #: Named dims tried on models with symbolic non-batch dims.
 DIMS = {"seq": 16, "past": 4, "sequence": 16, "batch": 2, "past_seq": 4, "total_seq": 20}
 
 
-def corpus(zoo: list[Path], fuzz: int, seed: int):
-    """(case id, bytes, extract kwargs) for every case."""
+BATCHES = (None, 1, 8)
+
+
+def models(zoo: list[Path]) -> list[tuple[str, bytes]]:
+    """(name, bytes) of the real and built models of the corpus."""
     files = sorted((ROOT / "examples").glob("*.onnx")) + sorted((ROOT / "tests/models").glob("*.onnx"))
     for d in zoo:
         files += sorted(Path(d).glob("*.onnx"))
-    models = [(p.stem, p.read_bytes()) for p in files]
-    models += [(f"built{i}", b) for i, b in enumerate(fuzz_extract.built_seeds())]
-    for name, data in models:
-        for batch in (None, 1, 8):
+    out = [(p.stem, p.read_bytes()) for p in files]
+    return out + [(f"built{i}", b) for i, b in enumerate(fuzz_extract.built_seeds())]
+
+
+def corpus(zoo: list[Path], fuzz: int, seed: int):
+    """(case id, bytes, extract kwargs) for every case."""
+    for name, data in models(zoo):
+        for batch in BATCHES:
             yield f"{name}_b{batch}", data, {"batch": batch}
             yield f"{name}_b{batch}_dims", data, {"batch": batch, "dims": dict(DIMS)}
     seeds = fuzz_extract.built_seeds() + fuzz_extract.file_seeds()
@@ -60,6 +69,10 @@ def run_case(data: bytes, kw: dict) -> dict:
         g = extract(data, **kw)
     except PerfSeerError as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
+    return run_graph(g)
+
+
+def run_graph(g) -> dict:
     return {"x": g.x, "edge_index": g.edge_index, "edge_attr": g.edge_attr, "u": g.u,
             "node_names": g.node_names, "node_ops": g.node_ops, "edge_tensors": g.edge_tensors,
             "edge_shapes": [tuple(int(d) for d in s) for s in g.edge_shapes],
@@ -87,6 +100,29 @@ def diff(want: dict, got: dict) -> list[str]:
     return out
 
 
+def compare_batched(folder: Path, zoo: list[Path]) -> tuple[int, int]:
+    """extract_batches over BATCHES against the one-by-one goldens: equal
+    graphs, or the first failing batch's error. Returns (models, differing)."""
+    n = bad = 0
+    for name, data in models(zoo):
+        for suffix, dims in (("", None), ("_dims", dict(DIMS))):
+            n += 1
+            want = [pickle.loads((folder / f"{name}_b{b}{suffix}.pkl").read_bytes())
+                    for b in BATCHES]
+            try:
+                got = [run_graph(g) for g in extract_batches(data, BATCHES, dims=dims)]
+            except PerfSeerError as exc:
+                got = [{"error": type(exc).__name__, "message": str(exc)}]
+                want = [next(w for w in want if "error" in w)] if any(
+                    "error" in w for w in want) else want
+            d = [x for w, g in zip(want, got) for x in diff(w, g)] if len(want) == len(got) \
+                else [f"{len(got)} results for {len(want)}"]
+            if d:
+                bad += 1
+                print(f"{name}{suffix} batched: " + "; ".join(d))
+    return n, bad
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=("dump", "compare"))
@@ -112,7 +148,12 @@ def main() -> int:
         if d:
             bad += 1
             print(f"{cid}: " + "; ".join(d))
-    print(f"{n} cases, {bad} differ" if args.action == "compare" else f"{n} cases dumped")
+    if args.action == "compare":
+        m, mbad = compare_batched(args.folder, args.zoo)
+        print(f"{n} cases, {bad} differ; extract_batches: {m} models x dims, {mbad} differ")
+        bad += mbad
+    else:
+        print(f"{n} cases dumped")
     return 1 if bad else 0
 
 

@@ -123,12 +123,13 @@ def render_table(results: list[dict]) -> str:
 def predict_many(models: list[str], batches: list[int | None], *, device=None, metrics=None,
                  input_shapes=None, model_name=None, precision=None, dims=None,
                  progress: bool | None = None) -> list[dict]:
-    """Predict every model at every batch size: extraction per (model, batch)
+    """Predict every model at every batch size: extraction per model (all its
+    batch sizes in one pass, :func:`~perfseer_rt.graph.extract_batches`)
     with a progress bar on stderr when there are many, then one batched
     prediction. Results are in model-major order."""
     from tqdm import tqdm
 
-    from perfseer_rt.graph.extract import extract
+    from perfseer_rt.graph.extract import extract_batches
     from perfseer_rt.predict.api import predict
     from perfseer_rt.predict.registry import get_predictor
 
@@ -136,9 +137,12 @@ def predict_many(models: list[str], batches: list[int | None], *, device=None, m
     jobs = [(m, b) for m in models for b in batches]
     show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
-    graphs = [extract(m, batch=b, input_shapes=input_shapes, dims=dims)
-              for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
-                               file=sys.stderr)]
+    graphs = []
+    with tqdm(total=len(jobs), desc="extract", unit="graph", disable=not show,
+              file=sys.stderr) as bar:
+        for m in models:  # one pass per model: its structure is shared by every batch size
+            graphs += extract_batches(m, batches, input_shapes=input_shapes, dims=dims)
+            bar.update(len(batches))
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
                       precision=precision)
     for r, (m, _) in zip(results, jobs):
