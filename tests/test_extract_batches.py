@@ -106,3 +106,27 @@ def test_fast_constant_values_match_the_reference_evaluator(node, inputs):
 ])
 def test_fast_path_declines_what_it_does_not_cover(node, inputs):
     assert _fast_value(node, dict(inputs)) is None
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("bert_small.onnx", {"dims": {"seq": 32}}),
+    ("swin_tiny.onnx", {"batch": 1}),
+    ("gpt2_kv.onnx", {"dims": {"seq": 8, "past_seq": 4, "total_seq": 12}}),
+])
+def test_one_pass_completion_equals_rounds_of_inference(name, kw, monkeypatch):
+    """Shapes onnx leaves open are completed in one per-node pass; the
+    rounds of whole-graph inference it replaced (still the fallback) give
+    the same graph."""
+    path = ROOT / "tests" / "models" / name
+    fast = extract(path, **kw)
+    monkeypatch.setattr(shapes_mod, "_complete_per_node", lambda *a: None)
+    same_graph(fast, extract(path, **kw))
+
+
+def test_bert_needs_no_rounds(monkeypatch):
+    def no_rounds(*a):
+        raise AssertionError("a round of whole-graph inference ran")
+
+    monkeypatch.setattr(shapes_mod, "evaluate_constants", no_rounds)
+    g = extract(ROOT / "tests" / "models" / "bert_small.onnx", dims={"seq": 32})
+    assert g.globals["flops_total"] > 0
