@@ -21,7 +21,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import LimitError, ShapeError
-from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MIN_BATCH, Deadline
+from perfseer_rt.graph.limits import (MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN,
+                                      MIN_BATCH, Deadline)
 
 log = logging.getLogger(__name__)
 
@@ -286,10 +287,23 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
     return out
 
 
+def _long_1d_input(sk: onnx.ModelProto) -> bool:
+    """Whether a typed input of the skeleton (a graph input, or a large
+    initializer whose data the skeleton leaves out) is 1-D and longer than
+    MAX_SHAPE_LEN: onnx's data propagation treats 1-D tensors as shapes and
+    allocates one dim per element (a 2^31-long bias feeding an Add took
+    5 GB and 13 CPU-s, fuzz seed 1 case 3858)."""
+    for vi in sk.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value > MAX_SHAPE_LEN:
+            return True
+    return False
+
+
 def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
     try:
         return _collect(onnx.shape_inference.infer_shapes(
-            sk, check_type=False, strict_mode=False, data_prop=True))
+            sk, check_type=False, strict_mode=False, data_prop=not _long_1d_input(sk)))
     except Exception as exc:  # noqa: BLE001 - any failure leaves shapes to the next round
         log.debug("onnx shape inference failed: %s", exc)
         return None
