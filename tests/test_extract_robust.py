@@ -320,3 +320,31 @@ def test_structure_only_export_with_weights_as_inputs_matches_initializers():
     assert len(g.info["weight_inputs"]) == sum(t.data_location == TensorProto.EXTERNAL for t in inits)
     np.testing.assert_array_equal(g.x, ref.x)
     np.testing.assert_array_equal(g.u, ref.u)
+
+
+def _long_bias_model() -> onnx.ModelProto:
+    """Fuzz seed 1 case 3858, reduced: a 2^31-long 1-D bias without data
+    added to a tensor whose shape onnx cannot infer."""
+    bias = TensorProto(name="bias", data_type=TensorProto.FLOAT, dims=[2**31 - 1],
+                       data_location=TensorProto.EXTERNAL)
+    bias.external_data.add(key="location", value="absent.bin")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MatMul", ["nowhere", "r"], ["mm"]),
+             helper.make_node("Add", ["bias", "mm"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [bias])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_long_1d_tensor_skips_onnx_data_propagation(monkeypatch):
+    """onnx's data propagation allocates one dim per element of a 1-D
+    tensor (5 GB for this one); such skeletons are inferred without it."""
+    import onnx.shape_inference as si
+
+    used = []
+    real = si.infer_shapes
+    monkeypatch.setattr(si, "infer_shapes",
+                        lambda m, **kw: used.append(kw["data_prop"]) or real(m, **kw))
+    with pytest.raises(PerfSeerError):
+        extract(_long_bias_model())
+    assert used and not any(used)

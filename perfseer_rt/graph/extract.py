@@ -15,6 +15,7 @@ CPU-time limit, and writes no file.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 
 import numpy as np
@@ -27,16 +28,18 @@ from perfseer_rt.graph.fold import fold_static
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
-                                   check_spatial_attrs, is_known, node_cost, read_attrs)
+                                   check_spatial_attrs, is_known, node_cost, read_attr_list,
+                                   read_attrs)
 from perfseer_rt.graph.perfgraph import PerfGraph
-from perfseer_rt.graph.shapes import infer_shapes, resolve_inputs, skeleton, weight_inputs
+from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
+                                      weight_inputs)
 
 log = logging.getLogger(__name__)
 
 _NODE_IDX = layout.column_index(layout.NODE_COLUMNS)
 _OP_COL = {op: _NODE_IDX[f"op_{op}"] for op in layout.OP_VOCAB}
 _OTHER_COL = _NODE_IDX[f"op_{layout.OTHER_OP}"]
-_HP_COLS = set(layout.HPARAM_COLUMNS)
+_HP_IDX = {c: _NODE_IDX[c] for c in layout.HPARAM_COLUMNS}
 _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 #: A shared weight tensor at least this many elements earns a warning
 #: (exporters share small scalar constants between layers all the time).
@@ -68,11 +71,17 @@ def extract(model, batch: int | None = None,
             attributes out of range, implausibly large tensors.
         LimitError: more than ``max_nodes`` nodes, or over ``time_limit``.
     """
+    return _guarded(model, lambda proto, name: _extract(
+        proto, name, batch, input_shapes, dims, max_nodes, Deadline(time_limit, name)))
+
+
+def _guarded(model, work):
+    """Load ``model`` and run ``work(proto, name)`` under the failure
+    contract: only PerfSeerError subclasses leave."""
     name = "<model>"
     try:
         proto, name = load_model(model)
-        return _extract(proto, name, batch, input_shapes, dims, max_nodes,
-                        Deadline(time_limit, name))
+        return work(proto, name)
     except PerfSeerError:
         raise
     except UnicodeDecodeError:
@@ -89,10 +98,49 @@ def extract(model, batch: int | None = None,
         raise err from exc
 
 
-def count_nodes(graph: onnx.GraphProto, cap: int) -> int:
+def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                    dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
+                    time_limit: float | None = TIME_LIMIT_S) -> list[PerfGraph]:
+    """The PerfGraphs of one model at several batch sizes, in one pass.
+
+    Equal, graph for graph, to ``[extract(model, b, input_shapes, dims) for b
+    in batches]``, but the batch-independent work (loading, validation,
+    weight-input detection, constant folding, the shape-inference skeleton)
+    is done once; only shape inference and the features run per batch.
+
+    Args:
+        model, input_shapes, dims, max_nodes: as for :func:`extract`.
+        batches: batch sizes (each as ``extract``'s ``batch``; None allowed).
+        time_limit: CPU seconds per batch size.
+
+    Raises:
+        The errors of :func:`extract`, for the first batch size that fails.
+    """
+    batches = list(batches)
+
+    def work(proto, name):
+        st = _Structure(proto, name, max_nodes)
+        return [_extract_shaped(st, b, input_shapes, dims, Deadline(time_limit, name),
+                                reuse_skeleton=True) for b in batches]
+
+    return _guarded(model, work)
+
+
+def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = None) -> int:
     """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
     total = len(graph.node)
-    stack = [graph]
+    stack = []
+    if table is None:
+        stack.append(graph)
+    else:  # the top graph's attributes from the table
+        for row in table:
+            for a in row[5]:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    total += len(a.g.node)
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    total += sum(len(g.node) for g in a.graphs)
+                    stack.extend(a.graphs)
     while stack and total <= cap:
         for node in stack.pop().node:
             for a in node.attribute:
@@ -105,20 +153,22 @@ def count_nodes(graph: onnx.GraphProto, cap: int) -> int:
     return total
 
 
-def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
+def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
+              table: list[NodeRow] | None = None) -> None:
     """Node cap, element types and initializer dims, before any arithmetic."""
-    n = count_nodes(proto.graph, max_nodes)
+    g = proto.graph
+    table = node_table(g) if table is None else table
+    n = count_nodes(g, max_nodes, table)
     if n > max_nodes:
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
-    g = proto.graph
-    _check_names(g, name)
-    for node in g.node:
-        if node.op_type in SPATIAL_OPS:
+    _check_names(g, name, table)
+    for k, row in enumerate(table):
+        if row[0] in SPATIAL_OPS:
             try:
-                check_spatial_attrs(read_attrs(node))
+                check_spatial_attrs(read_attrs(g.node[k]))
             except (GraphError, TypeError, ValueError) as exc:
-                raise GraphError(f"{name}: node {node.name or node.op_type!r}: {exc}") from None
+                raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
@@ -154,32 +204,28 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int) -> None:
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 
 
-def _check_names(g: onnx.GraphProto, name: str) -> None:
+def _check_names(g: onnx.GraphProto, name: str, table: list[NodeRow]) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
-    bad = None
-    for n in g.node:
-        for s in (n.name, n.op_type, n.domain, *n.input, *n.output):
-            if type(s) is not str:
-                bad = s
-                break
-        if bad is None:
-            for a in n.attribute:
-                if type(a.name) is not str:
-                    bad = a.name
-                    break
-        if bad is not None:
-            break
-    if bad is None:
-        for s in (*(v.name for v in g.input), *(v.name for v in g.output),
-                  *(v.name for v in g.value_info), *(t.name for t in g.initializer),
-                  *(t.values.name for t in g.sparse_initializer)):
-            if type(s) is not str:
-                bad = s
-                break
-    if bad is not None:
-        raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
-                         f"({bytes(bad)[:40]!r})")
+    texts: list = []
+    for op, node_name, domain, ins, outs, attrs in table:
+        texts += (node_name, op, domain)
+        texts += ins
+        texts += outs
+        if attrs:
+            texts += [a.name for a in attrs]
+    texts += [v.name for v in g.input]
+    texts += [v.name for v in g.output]
+    texts += [v.name for v in g.value_info]
+    texts += [t.name for t in g.initializer]
+    texts += [t.values.name for t in g.sparse_initializer]
+    try:
+        "".join(texts)  # fails on the first bytes object, at C speed
+        return
+    except TypeError:
+        bad = next(s for s in texts if type(s) is not str)
+    raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
+                     f"({bytes(bad)[:40]!r})")
 
 
 def _stored_bytes(t: onnx.TensorProto) -> int | None:
@@ -194,25 +240,92 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     return n or None
 
 
+#: One node's protobuf fields, read once: (op_type, name, domain, inputs,
+#: outputs, attributes). Every protobuf field access costs ~0.2 us, and
+#: validation, folding and costing all walk every node.
+NodeRow = tuple
+
+
+def node_table(graph: onnx.GraphProto) -> list[NodeRow]:
+    return [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output), list(n.attribute))
+            for n in graph.node]
+
+
+class _Structure:
+    """What extraction knows of a model before any batch size or input shape
+    is given: it is validated, its weight inputs found, its constant nodes
+    folded away. :func:`extract_batches` builds it once per model."""
+
+    def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
+        self.table = node_table(proto.graph)
+        _validate(proto, name, max_nodes, self.table)
+        self.proto = proto
+        self.name = name
+        self.max_nodes = max_nodes
+        self.weights = weight_inputs(proto)
+        inits = {t.name for t in proto.graph.initializer}
+        inits.update(t.values.name for t in proto.graph.sparse_initializer)
+        inits.update(self.weights)
+        self.const, self.kept = fold_static(proto, inits, self.table)
+        self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
+        self.data_inputs = len(graph_inputs(proto))
+
+    def skeleton_for(self, inputs, reuse: bool) -> onnx.ModelProto:
+        """The shape-inference skeleton with these input shapes; with
+        ``reuse`` the one skeleton of the model is re-shaped in place (its
+        nodes and weights are the same for every batch size)."""
+        if not reuse or self.skeleton is None:
+            sk = skeleton(self.proto, inputs)
+            if reuse:
+                self.skeleton = sk
+            return sk
+        sk = self.skeleton
+        del sk.graph.value_info[:]  # inference added facts of the last shapes
+        for vi in sk.graph.input[:self.data_inputs]:
+            dim = vi.type.tensor_type.shape.dim
+            del dim[:]
+            for d in inputs[vi.name]:
+                dim.add(dim_value=d)
+        return sk
+
+
 def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
-    _validate(proto, name, max_nodes)
-    weights = weight_inputs(proto)
+    return _extract_shaped(_Structure(proto, name, max_nodes), batch, input_shapes, dims,
+                           deadline, depth)
+
+
+def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0,
+                    reuse_skeleton: bool = False) -> PerfGraph:
+    """The PerfGraph of a validated, folded model at one set of input shapes."""
+    proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
-    sk = skeleton(proto, inputs)
-    inits = {t.name for t in proto.graph.initializer}
-    inits.update(t.values.name for t in proto.graph.sparse_initializer)
-    inits.update(weights)
-    const, kept = fold_static(sk, inits)
-    nodes = [sk.graph.node[i] for i in kept]
-    if not nodes:
+    sk = st.skeleton_for(inputs, reuse_skeleton)
+    const, kept = st.const, st.kept
+    sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
+    if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
 
-    needed = {t for n in nodes for t in _costed_tensors(n)}
+    rows = [st.table[i] for i in kept]
+    ops = [r[0] for r in rows]
+    node_ins = [r[3] for r in rows]
+    node_outs = [r[4] for r in rows]
+    needed = set()
+    for op, ins_, outs_ in zip(ops, node_ins, node_outs):
+        params = PARAM_INPUTS.get(op)
+        if params:
+            needed.update(t for pos, t in enumerate(ins_) if t and pos not in params)
+        else:
+            needed.update(ins_)
+        needed.update(outs_)
+    needed.discard("")
     kept_set = set(kept)
     folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
     shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
-    shapes = _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto)
+    all_outs = {o for outs_ in node_outs for o in outs_ if o}
+    if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
+        shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
+                                           folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -234,47 +347,86 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=
     log.debug("%s: shapes from %s", name, engine)
 
     itemsize: dict[int, float] = {}
+    tinfo: dict[str, TensorInfo] = {}  # one TensorInfo per tensor, built on first use
 
     def info(t: str) -> TensorInfo:
-        elem, shape = shapes[t]
-        size = itemsize.get(elem)
-        if size is None:
-            size = itemsize[elem] = dtypes.itemsize(elem, f"tensor {t!r}")
-        return TensorInfo(t, shape, size)
+        ti = tinfo.get(t)
+        if ti is None:
+            elem, shape = shapes[t]
+            size = itemsize.get(elem)
+            if size is None:
+                size = itemsize[elem] = dtypes.itemsize(elem, f"tensor {t!r}")
+            ti = tinfo[t] = TensorInfo(t, shape, size)
+        return ti
 
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    x = np.zeros((len(nodes), len(layout.NODE_COLUMNS)), dtype=np.float64)
+    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
+    n_nodes = len(kept)
+    # Per-node features are gathered column-wise (one list per column, one
+    # numpy assignment per column at the end); only the op-specific cost
+    # rules run per node.
+    op_cols = [0] * n_nodes
+    in_elems = [0.0] * n_nodes
+    out_elems = [0.0] * n_nodes
+    num_in = [0.0] * n_nodes
+    num_out = [0.0] * n_nodes
+    in_ch = [0.0] * n_nodes
+    out_ch = [0.0] * n_nodes
+    flops_col = [0.0] * n_nodes
+    mac_col = [0.0] * n_nodes
+    weight_col = [0.0] * n_nodes
+    params_col = [0.0] * n_nodes
+    ai_col = [0.0] * n_nodes
+    hp_rows: list[int] = []  # sparse hyper-parameters from the cost rules
+    hp_cols: list[int] = []
+    hp_vals: list[float] = []
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
     weight_uses: Counter[str] = Counter()
     flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
     control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
-    for k, node in enumerate(nodes):
+    empty: frozenset[int] = frozenset()
+    for k in range(n_nodes):
         if not k % 4096:
             deadline.check("node costs")
-        op = node.op_type
-        params = PARAM_INPUTS.get(op, frozenset())
-        ins = [info(t) if t and pos not in params else None
-               for pos, t in enumerate(node.input)]
-        outs = [info(t) for t in node.output if t]
-        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in node.attribute):
-            cost, ruled, note = _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth)
+        op = ops[k]
+        node_in = node_ins[k]
+        node_out = node_outs[k]
+        params = PARAM_INPUTS.get(op, empty)
+        ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
+               for pos, t in enumerate(node_in)]
+        outs = [tinfo.get(t) or info(t) for t in node_out if t]
+        attributes = rows[k][5]
+        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
+            cost, ruled, note = _control_flow_cost(sk_nodes[kept[k]], proto, shapes, max_nodes,
+                                                   deadline, depth)
             if note:
                 control_notes.append(note)
         else:
-            cost, ruled = node_cost(op, ins, outs, read_attrs(node))
-        typed = [shapes[t][0] for t in (*node.input, *node.output) if t and t in shapes]
-        compute = [e for e in typed if e in _COMPUTE_TYPES] or typed or [0]
-        flops_by_dtype[compute[0]] += float(cost.flops)
+            cost, ruled = node_cost(op, ins, outs, read_attr_list(attributes) if attributes else {})
+        compute = None
+        first_typed = None
+        for t in (*node_in, *node_out):
+            if t:
+                typed = shapes.get(t)
+                if typed is not None:
+                    if first_typed is None:
+                        first_typed = typed[0]
+                    if typed[0] in _COMPUTE_TYPES:
+                        compute = typed[0]
+                        break
+        if compute is None:
+            compute = first_typed if first_typed is not None else 0
+        flops_by_dtype[compute] += float(cost.flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
         data_bytes = weight_bytes = params_n = 0
-        data_ins: list[TensorInfo] = []
+        first_data = None
+        n_data = 0
         node_edges: set[tuple[int, str]] = set()
-        for pos, (tname, ti) in enumerate(zip(node.input, ins)):
-            if ti is None or pos in params:
+        for pos, (tname, ti) in enumerate(zip(node_in, ins)):
+            if ti is None:
                 continue
             if tname in const:
                 weight_bytes += ti.nbytes
@@ -283,33 +435,54 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=
                 weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
             else:
                 data_bytes += ti.nbytes
-                data_ins.append(ti)
+                if first_data is None:
+                    first_data = ti
+                n_data += 1
                 p = producer.get(tname)
                 if p is not None and (p, tname) not in node_edges:
                     node_edges.add((p, tname))
                     src.append(p)
                     dst.append(k)
                     edge_tensors.append(tname)
-        out_bytes = sum(t.nbytes for t in outs)
+        out_bytes = 0
+        out_n = 0
+        for t in outs:
+            out_bytes += t.nbytes
+            out_n += t.elems
         mac = data_bytes + weight_bytes + out_bytes
 
-        row = x[k]
-        row[_OP_COL.get(op, _OTHER_COL)] = 1.0
-        first_in = data_ins[0] if data_ins else (ins[0] if ins and ins[0] else None)
-        hp = {"in_elems": first_in.elems if first_in else 0,
-              "out_elems": sum(t.elems for t in outs),
-              "num_inputs": len(data_ins), "num_outputs": len(outs),
-              "in_channels": channel_dim(first_in.shape) if first_in else 0,
-              "out_channels": channel_dim(outs[0].shape) if outs else 0}
-        hp.update(cost.hparams)
-        for col, val in hp.items():
-            if col in _HP_COLS:
-                row[_NODE_IDX[col]] = float(val)
-        row[_NODE_IDX["flops"]] = float(cost.flops)
-        row[_NODE_IDX["mac"]] = float(mac)
-        row[_NODE_IDX["weight"]] = float(weight_bytes)
-        row[_NODE_IDX["params"]] = float(params_n)
-        row[_NODE_IDX["ai"]] = cost.flops / mac if mac else 0.0
+        op_cols[k] = _OP_COL.get(op, _OTHER_COL)
+        first_in = first_data if first_data is not None else (ins[0] if ins and ins[0] else None)
+        if first_in is not None:
+            in_elems[k] = float(first_in.elems)
+            in_ch[k] = float(channel_dim(first_in.shape))
+        out_elems[k] = float(out_n)
+        num_in[k] = float(n_data)
+        num_out[k] = float(len(outs))
+        if outs:
+            out_ch[k] = float(channel_dim(outs[0].shape))
+        for col, val in cost.hparams.items():
+            j = _HP_IDX.get(col)
+            if j is not None:
+                hp_rows.append(k)
+                hp_cols.append(j)
+                hp_vals.append(float(val))
+        flops_col[k] = float(cost.flops)
+        mac_col[k] = float(mac)
+        weight_col[k] = float(weight_bytes)
+        params_col[k] = float(params_n)
+        ai_col[k] = cost.flops / mac if mac else 0.0
+
+    x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
+    x[np.arange(n_nodes), op_cols] = 1.0
+    for col, vals in (("in_elems", in_elems), ("out_elems", out_elems),
+                      ("num_inputs", num_in), ("num_outputs", num_out),
+                      ("in_channels", in_ch), ("out_channels", out_ch),
+                      ("flops", flops_col), ("mac", mac_col), ("weight", weight_col),
+                      ("params", params_col), ("ai", ai_col)):
+        x[:, _NODE_IDX[col]] = vals
+    if hp_rows:  # the rules' hyper-parameters override the generic ones above
+        x[hp_rows, hp_cols] = hp_vals
 
     flops, mac, weight = (x[:, _NODE_IDX[c]] for c in ("flops", "mac", "weight"))
     for col, arr in (("flops_ratio", flops), ("mac_ratio", mac), ("weight_ratio", weight)):
@@ -330,8 +503,8 @@ def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=
     meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
     warnings += control_notes
     return PerfGraph(
-        node_names=[n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)],
-        node_ops=[n.op_type for n in nodes], x=x, edge_index=edge_index,
+        node_names=[r[1] or f"{r[0]}_{i}" for i, r in enumerate(rows)],
+        node_ops=ops, x=x, edge_index=edge_index,
         edge_attr=edge_attr, edge_tensors=edge_tensors, edge_shapes=edge_shapes, u=u,
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
@@ -479,18 +652,15 @@ def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> 
         return None
 
 
-def _costed_tensors(node) -> list[str]:
-    """Tensors whose shapes the costs need: outputs and non-parameter inputs."""
-    params = PARAM_INPUTS.get(node.op_type, frozenset())
-    return [t for pos, t in enumerate(node.input) if t and pos not in params] + \
-        [t for t in node.output if t]
-
-
 def _edge_row(typed, itemsize: float) -> list[float]:
-    """Edge features of a tensor (shape slots per the layout's docstring)."""
+    """Edge features of a tensor (shape slots per the layout's docstring).
+
+    Products are exact integers converted once to float: every edge tensor
+    has at most MAX_ELEMS (2^40) elements, so this equals a float64 product.
+    """
     _, shape = typed
     r = len(shape)
-    size = float(np.prod(shape, dtype=np.float64)) if shape else 1.0
+    size = float(math.prod(shape))
     if r == 0:
         slots = (1, 1, 1, 1)
     elif r == 1:
@@ -502,7 +672,7 @@ def _edge_row(typed, itemsize: float) -> list[float]:
     elif r == 4:
         slots = shape
     else:
-        slots = (shape[0], shape[1], float(np.prod(shape[2:-1], dtype=np.float64)), shape[-1])
+        slots = (shape[0], shape[1], math.prod(shape[2:-1]), shape[-1])
     return [size, *map(float, slots), float(itemsize)]
 
 

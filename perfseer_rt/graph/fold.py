@@ -22,31 +22,38 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
 KEPT_ON_CONSTANTS = frozenset({"DequantizeLinear"})
 
 
-def fold_static(model: onnx.ModelProto, initializers: set[str]) -> tuple[set[str], list[int]]:
+def fold_static(model: onnx.ModelProto, initializers: set[str],
+                table: list[tuple] | None = None) -> tuple[set[str], list[int]]:
     """Find the constant tensors and the nodes that stay in the PerfGraph.
 
     Args:
         model: the model (or its shape-inference skeleton).
         initializers: names of the original model's initializers.
+        table: the graph's nodes as ``(op_type, name, domain, inputs,
+            outputs, attributes)`` rows, when the caller has read them.
 
     Returns:
         (constant tensor names, indices of the kept nodes in graph order).
     """
-    g = model.graph
+    if table is None:
+        table = [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output),
+                  list(n.attribute)) for n in model.graph.node]
     const: set[str] = set(initializers)
     kept: list[int] = []
-    for i, node in enumerate(g.node):  # ONNX graphs are topologically sorted
-        if node.op_type in NONDETERMINISTIC or node.op_type in KEPT_ON_CONSTANTS or node.attribute and any(
-                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                for a in node.attribute):
+    for i, (op, _, domain, ins, outs, attrs) in enumerate(table):  # topologically sorted
+        if op in NONDETERMINISTIC or op in KEPT_ON_CONSTANTS or attrs and any(
+                a.type in _SUBGRAPH_TYPES for a in attrs):
             kept.append(i)
             continue
-        if node.op_type in SHAPE_OF and node.domain in ("", "ai.onnx"):
+        if op in SHAPE_OF and domain in ("", "ai.onnx"):
             static = True
         else:
-            static = all(name == "" or name in const for name in node.input)
+            static = all(name == "" or name in const for name in ins)
         if static:
-            const.update(o for o in node.output if o)
+            const.update(o for o in outs if o)
         else:
             kept.append(i)
     return const, kept
+
+
+_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -64,21 +64,24 @@ from perfseer_rt.graph import dtypes
 from perfseer_rt.graph.limits import MAX_SPATIAL_ATTR
 
 
-@dataclass
 class TensorInfo:
-    """A tensor's resolved static shape and element size in bytes."""
+    """A tensor's resolved static shape and element size in bytes.
 
-    name: str
-    shape: tuple[int, ...]
-    itemsize: float  # bytes per element; 0.5 for 4-bit types
+    ``elems`` (element count) and ``nbytes`` (bytes) are computed once at
+    construction: the extractor reads them several times per node.
+    """
 
-    @property
-    def elems(self) -> int:
-        return int(math.prod(self.shape))
+    __slots__ = ("name", "shape", "itemsize", "elems", "nbytes")
 
-    @property
-    def nbytes(self) -> float:
-        return self.elems * self.itemsize
+    def __init__(self, name: str, shape: tuple[int, ...], itemsize: float):
+        self.name = name
+        self.shape = shape
+        self.itemsize = itemsize  # bytes per element; 0.5 for 4-bit types
+        self.elems = int(math.prod(shape))
+        self.nbytes = self.elems * itemsize
+
+    def __repr__(self) -> str:
+        return f"TensorInfo({self.name!r}, {self.shape!r}, {self.itemsize!r})"
 
 
 @dataclass
@@ -412,6 +415,9 @@ def _check_cost(op: str, cost: NodeCost) -> None:
     """Every number a rule returns is finite and non-negative, or the node's
     attributes were nonsense: a GraphError, never a silent feature."""
     try:
+        if 0 <= float(cost.flops) < math.inf and (not cost.hparams or all(
+                0 <= float(v) < math.inf for v in cost.hparams.values())):
+            return  # the common case, without building a list
         bad = [k for k, v in (("flops", cost.flops), *cost.hparams.items())
                if not 0 <= float(v) < math.inf]
     except (OverflowError, TypeError, ValueError):
@@ -437,8 +443,13 @@ def read_attrs(node: onnx.NodeProto) -> dict:
     """The node's numeric and string attributes as plain Python values
     (strings decoded as UTF-8 with replacement); tensors, graphs and string
     lists are skipped, since no cost rule reads them."""
+    return read_attr_list(node.attribute)
+
+
+def read_attr_list(attributes) -> dict:
+    """:func:`read_attrs` of a node's attribute list."""
     out: dict = {}
-    for a in node.attribute:
+    for a in attributes:
         t = a.type
         if t == _AT.UNDEFINED:  # very old files leave the type unset
             t = (_AT.INTS if a.ints else _AT.FLOATS if a.floats else _AT.STRING if a.s

@@ -20,8 +20,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from perfseer_rt.errors import ShapeError
-from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MIN_BATCH, Deadline
+from perfseer_rt.errors import LimitError, ShapeError
+from perfseer_rt.graph.limits import (MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN,
+                                      MIN_BATCH, Deadline)
 
 log = logging.getLogger(__name__)
 
@@ -231,49 +232,78 @@ def skeleton(model: onnx.ModelProto, inputs: dict[str, Shape]) -> onnx.ModelProt
     sg.node.extend(g.node)
     for vi in graph_inputs(model):
         elem = vi.type.tensor_type.elem_type
-        sg.input.append(helper.make_tensor_value_info(vi.name, elem, list(inputs[vi.name])))
+        _add_value_info(sg.input, vi.name, elem, inputs[vi.name])
+    small = sg.initializer
     for init in g.initializer:
         n = 1
-        for d in init.dims:
+        dims = init.dims
+        for d in dims:
             n *= d
         if n <= SMALL_INITIALIZER and init.data_location != TensorProto.EXTERNAL:
-            sg.initializer.append(init)
+            small.append(init)
         else:
-            sg.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+            _add_value_info(sg.input, init.name, init.data_type, dims)
     for init in g.sparse_initializer:
-        sg.input.append(helper.make_tensor_value_info(
-            init.values.name, init.values.data_type, list(init.dims)))
+        _add_value_info(sg.input, init.values.name, init.values.data_type, init.dims)
     for vo in g.output:  # untyped: a wrong declared type must not stop inference
         sg.output.append(onnx.ValueInfoProto(name=vo.name))
     return sk
+
+
+def _add_value_info(container, name: str, elem: int, dims) -> None:
+    """Append a tensor ValueInfoProto with static ``dims`` to ``container``;
+    the same message as ``onnx.helper.make_tensor_value_info`` builds, in a
+    fraction of its time (it runs once per initializer)."""
+    tt = container.add(name=name).type.tensor_type
+    tt.elem_type = elem
+    shape = tt.shape
+    shape.SetInParent()  # a rank-0 tensor still has a (empty) shape
+    add = shape.dim.add
+    for d in dims:
+        add(dim_value=d)
 
 
 def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
     """name -> (elem_type, static shape) for every fully static tensor."""
     out: dict[str, TypedShape] = {}
     g = model.graph
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if not vi.type.HasField("tensor_type"):
-            continue
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            continue
-        dims = []
-        for d in tt.shape.dim:
-            if not d.HasField("dim_value") or d.dim_value < 0:
-                break
-            dims.append(d.dim_value)
-        else:
-            out[vi.name] = (tt.elem_type, tuple(dims))
+    for vis in (g.input, g.value_info, g.output):
+        for vi in vis:
+            tt = vi.type.tensor_type  # unset (another type): no shape either
+            if not tt.HasField("shape"):
+                continue
+            dim = tt.shape.dim
+            dims = [d.dim_value for d in dim]
+            if not dims or min(dims) > 0:  # the common case: no unset or 0 dim
+                out[vi.name] = (tt.elem_type, tuple(dims))
+                continue
+            for d in dim:
+                if not d.HasField("dim_value") or d.dim_value < 0:
+                    break
+            else:
+                out[vi.name] = (tt.elem_type, tuple(dims))
     for init in g.initializer:
         out[init.name] = (init.data_type, tuple(init.dims))
     return out
 
 
+def _long_1d_input(sk: onnx.ModelProto) -> bool:
+    """Whether a typed input of the skeleton (a graph input, or a large
+    initializer whose data the skeleton leaves out) is 1-D and longer than
+    MAX_SHAPE_LEN: onnx's data propagation treats 1-D tensors as shapes and
+    allocates one dim per element (a 2^31-long bias feeding an Add took
+    5 GB and 13 CPU-s, fuzz seed 1 case 3858)."""
+    for vi in sk.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value > MAX_SHAPE_LEN:
+            return True
+    return False
+
+
 def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
     try:
         return _collect(onnx.shape_inference.infer_shapes(
-            sk, check_type=False, strict_mode=False, data_prop=True))
+            sk, check_type=False, strict_mode=False, data_prop=not _long_1d_input(sk)))
     except Exception as exc:  # noqa: BLE001 - any failure leaves shapes to the next round
         log.debug("onnx shape inference failed: %s", exc)
         return None
@@ -297,6 +327,10 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
     values: dict[str, np.ndarray] = {}
     if model is not None and needed - shapes.keys() and folded:
         values.update(_small_initializers(model, sk))
+    if needed - shapes.keys() and folded:
+        done = _complete_per_node(sk, folded, shapes, values, deadline)
+        if done is not None and not needed - done.keys():
+            return done, "onnx+constant-evaluation"
     for _ in range(16):
         if not needed - shapes.keys() or not folded:
             break
@@ -312,6 +346,135 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
         shapes.update(again)
         engine = "onnx+constant-evaluation"
     return shapes, engine
+
+
+_SCHEMAS: dict[tuple[str, str, int], object] = {}
+
+
+def _schema(op: str, domain: str, version: int):
+    """onnx's schema of a standard op at an opset (cached; None if unknown)."""
+    key = (op, domain, version)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = onnx.defs.get_schema(op, version, domain)
+        except Exception:  # noqa: BLE001 - SchemaError: not a standard op
+            _SCHEMAS[key] = None
+    return _SCHEMAS[key]
+
+
+def _static(tp: onnx.TypeProto) -> TypedShape | None:
+    """(elem_type, shape) of a TypeProto with every dim a number >= 0."""
+    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = []
+    for d in tp.tensor_type.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(d.dim_value)
+    return tp.tensor_type.elem_type, tuple(dims)
+
+
+def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
+                       shapes: dict[str, TypedShape], known: dict[str, np.ndarray],
+                       deadline: Deadline | None) -> dict[str, TypedShape] | None:
+    """Shapes that whole-graph inference left open, in one topological pass.
+
+    Folded nodes get their values (:func:`_fast_value`, ``Shape``/``Size``
+    from inferred shapes, else onnx's reference evaluator on that node);
+    every node with an output still unshaped runs onnx's own inference of
+    that one node (``infer_node_outputs``) with its inputs' shapes and the
+    constant values among them. This replaces rounds of whole-graph
+    inference (one per level of shape dependency) by one pass. A computed
+    value's tensor takes the value's type and shape, as when values are
+    injected as initializers. Returns the completed shapes, or None (the
+    caller falls back to rounds) on any failure.
+    """
+    from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
+
+    shapes = dict(shapes)
+    avail: dict[str, np.ndarray] = dict(known)
+    for init in sk.graph.initializer:
+        if init.name not in avail:
+            try:
+                avail[init.name] = numpy_helper.to_array(init)
+            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+                continue
+    folded_outs = {o for n in folded for o in n.output if o}
+    opsets = {(imp.domain or ""): imp.version for imp in sk.opset_import}
+    opset_list = list(sk.opset_import)
+    computed: dict[str, np.ndarray] = {}
+    try:
+        for k, node in enumerate(sk.graph.node):
+            if deadline is not None and not k % 512:
+                deadline.check("shape inference")
+            outs = [o for o in node.output if o]
+            if not outs:
+                continue
+            op = node.op_type
+            if outs[0] in folded_outs and not all(o in avail for o in outs):
+                vals = None
+                if op in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+                    if node.input and node.input[0] in shapes:
+                        dims = np.array(shapes[node.input[0]][1], dtype=np.int64)
+                        if op == "Size":
+                            vals = (np.array(int(np.prod(dims)), dtype=np.int64),)
+                        else:
+                            attrs = {a.name: a.i for a in node.attribute}
+                            vals = (dims[attrs.get("start", 0):attrs.get("end")],)
+                elif not (op == "Constant" and not _constant_has_data(node)):
+                    vals = _fast_value(node, avail)
+                    if vals is None and all(i == "" or i in avail for i in node.input) \
+                            and not _output_too_big(node, avail):
+                        inputs = [i for i in dict.fromkeys(node.input) if i]
+                        graph = helper.make_graph(
+                            [node], "constant", [], [onnx.ValueInfoProto(name=o) for o in outs],
+                            initializer=[numpy_helper.from_array(np.asarray(avail[i]), i)
+                                         for i in inputs])
+                        try:
+                            vals = tuple(ReferenceEvaluator(helper.make_model(
+                                graph, opset_imports=opset_list)).run(None, {}))
+                        except Exception:  # noqa: BLE001 - this value stays unknown
+                            vals = None
+                if vals is not None and len(vals) == len(outs):
+                    for o, v in zip(outs, vals):
+                        v = np.asarray(v)
+                        if v.size <= MAX_CONST_ELEMS:
+                            avail[o] = computed[o] = v
+                            shapes[o] = (helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            missing = [o for o in outs if o not in shapes and o not in computed]
+            if not missing:
+                continue
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for a in node.attribute):
+                continue  # control flow: left to the caller's rules
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            schema = _schema(op, domain, opsets.get(domain, 0)) if domain in opsets else None
+            if schema is None:
+                continue  # custom op: left to the caller's rules
+            types, data = {}, {}
+            for i in node.input:
+                if not i:
+                    continue
+                typed = shapes.get(i)
+                if typed is None:
+                    break
+                types[i] = helper.make_tensor_type_proto(typed[0], list(typed[1]))
+                if i in avail:
+                    data[i] = numpy_helper.from_array(np.asarray(avail[i]), i)
+            else:
+                res = onnx.shape_inference.infer_node_outputs(
+                    schema, node, types, data, opset_imports=opset_list,
+                    ir_version=sk.ir_version)
+                for o in missing:
+                    typed = _static(res[o]) if o in res else None
+                    if typed is not None:
+                        shapes[o] = typed
+    except LimitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure: the caller's rounds decide
+        log.debug("per-node shape completion failed: %s", exc)
+        return None
+    return shapes
 
 
 def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -409,9 +572,16 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
                     val = dims[attrs.get("start", 0):attrs.get("end")]
                 if outs:
                     avail[outs[0]] = new[outs[0]] = val
+                    ready.add(outs[0])  # its consumers can run in this round
             continue
         if node.op_type == "Constant" and not _constant_has_data(node):
             continue  # a structure-only export stripped its value
+        fast = _fast_value(node, avail)
+        if fast is not None and len(fast) == len(outs):
+            for o, v in zip(outs, fast):
+                avail[o] = new[o] = v
+            ready.update(outs)
+            continue
         if node.op_type in _SIZED_BY_VALUE:  # its size needs its inputs' values now
             ok = all(i == "" or i in avail for i in node.input) and not _output_too_big(node, avail)
         else:
@@ -436,6 +606,69 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
         new.update({n: np.asarray(v) for n, v in zip(names, outs)
                     if np.asarray(v).size <= MAX_CONST_ELEMS})
     return new
+
+
+_AT = onnx.AttributeProto
+#: Numeric tensor types whose ``numpy_helper.to_array`` is plain numpy.
+_PLAIN_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13})
+
+
+def _fast_value(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> tuple | None:
+    """The outputs of the commonest shape-subgraph ops (Constant, Identity,
+    Gather, Unsqueeze, Concat), computed with the same numpy calls as onnx's
+    reference evaluator but without building one; None where the node is
+    not one of these simple cases (it then goes to the reference evaluator),
+    or where a value would exceed MAX_CONST_ELEMS."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    ins = node.input
+    try:
+        if op == "Constant":
+            if len(node.attribute) != 1:
+                return None
+            a = node.attribute[0]
+            if a.name == "value" and a.type == _AT.TENSOR and a.t.data_type in _PLAIN_TYPES \
+                    and a.t.data_location != TensorProto.EXTERNAL:
+                val = numpy_helper.to_array(a.t)
+            elif a.name == "value_int" and a.type == _AT.INT:
+                val = np.array(a.i, dtype=np.int64)
+            elif a.name == "value_ints" and a.type == _AT.INTS:
+                val = np.array(list(a.ints), dtype=np.int64)
+            else:
+                return None
+        else:
+            if not ins or any(not i or i not in avail for i in ins):
+                return None
+            args = [avail[i] for i in ins]
+            if any(not isinstance(v, np.ndarray) or v.size > MAX_CONST_ELEMS for v in args):
+                return None
+            if op == "Identity" and len(args) == 1:
+                val = args[0].copy()
+            elif op == "Gather" and len(args) == 2 and all(v.flags["C_CONTIGUOUS"] for v in args):
+                axis = 0
+                for a in node.attribute:
+                    if a.name == "axis" and a.type == _AT.INT:
+                        axis = a.i
+                    else:
+                        return None
+                val = np.take(args[0], args[1], axis=axis)
+            elif op == "Unsqueeze" and len(args) == 2 and not node.attribute \
+                    and args[1].ndim == 1 and args[1].size:
+                val = np.expand_dims(args[0], axis=tuple(args[1]))
+            elif op == "Concat" and len(node.attribute) == 1 and node.attribute[0].name == "axis" \
+                    and node.attribute[0].type == _AT.INT:
+                axis = node.attribute[0].i
+                if not all(0 <= axis < v.ndim for v in args):
+                    return None
+                val = np.concatenate(args, axis=axis)
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - anything unusual: the reference evaluator decides
+        return None
+    if val.size > MAX_CONST_ELEMS:
+        return None
+    return (val,)
 
 
 def _constant_has_data(node: onnx.NodeProto) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from perfseer_rt.errors import ModelLoadError, PerfSeerError
-from perfseer_rt.graph.extract import extract
+from perfseer_rt.graph.extract import extract_batches
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.registry import get_predictor
 from perfseer_rt.predict.train_mode import check_mode, get_train_predictor
@@ -55,8 +55,9 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  model_name: str | None = None, precision: str | None = None,
                  dims: dict[str, int] | None = None,
                  progress: bool | None = None, mode: str = "inference") -> list[dict[str, Any]]:
-    """Predict every model at every batch size: extraction per (model, batch)
-    with a progress bar on stderr when there are many, then one batched
+    """Predict every model at every batch size: extraction per model (all its
+    batch sizes in one pass, :func:`~perfseer_rt.graph.extract_batches`) with
+    a progress bar on stderr when there are many, then one batched
     prediction (``mode``: ``"inference"`` or ``"train"``, as :func:`predict`).
     Results are in model-major order."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
@@ -64,9 +65,12 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     jobs = [(m, b) for m in models for b in batches]
     show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
-    graphs = [extract(m, batch=b, input_shapes=input_shapes, dims=dims)
-              for m, b in tqdm(jobs, desc="extract", unit="graph", disable=not show,
-                               file=sys.stderr)]
+    graphs: list[Any] = []
+    with tqdm(total=len(jobs), desc="extract", unit="graph", disable=not show,
+              file=sys.stderr) as bar:
+        for m in models:  # one pass per model: its structure is shared by every batch size
+            graphs += extract_batches(m, batches, input_shapes=input_shapes, dims=dims)
+            bar.update(len(batches))
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
                       precision=precision, mode=mode)
     for r, (m, _) in zip(results, jobs):
