@@ -93,8 +93,15 @@ def test_check_judges_the_interval_upper_end(monkeypatch):
             m["interval"] = [m["value"] * 0.8, m["value"] * 1.3]
         return out
 
+    def without_interval(*a, **k):
+        out = real(*a, **k)
+        for r in out:
+            r["metrics"]["latency_ms"]["interval"] = None
+        return out
+
     [r] = real(EXAMPLE, batch=1, device=DEVICE)
     v = r["metrics"]["latency_ms"]["value"]
+    monkeypatch.setattr(budget, "predict", without_interval)
     [plain] = perfseer_rt.predict.check(EXAMPLE, DEVICE, max_latency_ms=v * 1.2)["checks"]
     assert plain["ok"] is True and plain["judged_by"] == "value"
     monkeypatch.setattr(budget, "predict", with_interval)
@@ -111,11 +118,19 @@ def test_fit_judges_the_memory_interval_upper_end(monkeypatch, net):
     output says the interval decided."""
     from perfseer_rt.predict import budget
 
+    real = budget.predict
+
+    def without_interval(*a, **k):
+        out = real(*a, **k)
+        for r in out:
+            r["metrics"]["peak_mem_mb"]["interval"] = None
+        return out
+
     [r16] = perfseer_rt.predict.predict(net, batch=16, device=DEVICE)
     budget_mb = r16["metrics"]["peak_mem_mb"]["value"] * 1.3
+    monkeypatch.setattr(budget, "predict", without_interval)
     by_value = fit(net, DEVICE, max_memory_mb=budget_mb)
     assert by_value["checks"][0]["judged_by"] == "value"
-    real = budget.predict
 
     def with_interval(*a, **k):
         out = real(*a, **k)

@@ -51,7 +51,7 @@ def test_an_unknown_kind_is_refused_not_passed_through(doc):
 
 
 @pytest.mark.parametrize("where, field", [
-    ((), "created"), (("seernet",), "session"), (("seernet", "models", 1), "sha256"),
+    ((), "created"), (("seernet",), "session"), (("seernet", "models", 0), "sha256"),
     (("training_data",), "batch_sizes"), (("seernet", "normalization", "global"), "std"),
     (("accuracy", "arch", "seernet", "latency_ms"), "count"),
 ])

@@ -12,6 +12,7 @@ import perfseer_rt
 from perfseer_rt.cli import main
 from perfseer_rt.cli.predict import render_table
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.predict import registry
 from perfseer_rt.predict.many import parse_batches
 
 EXAMPLE = "examples/resnet18.onnx"
@@ -28,7 +29,8 @@ def test_result_names_predictor_device_and_units():
     assert p["device"] == DEVICE and p["model"] == "seernet" and p["kind"].startswith("SeerNet")
     assert "sha256:" in p["version"]
     assert "1 intra-op thread" in p["description"] and "CPU execution provider" in p["description"]
-    assert "3005" in p["provenance"]
+    configs = registry.predictors()[DEVICE].manifest["training_data"]["configurations"]
+    assert f"trained on {configs} measured configurations" in p["provenance"]
     mem = r["metrics"]["peak_mem_mb"]
     assert mem["unit"] == "MiB" and "baseline" in mem["meaning"] and "2**20" in mem["meaning"]
     assert r["metrics"]["latency_ms"]["unit"] == "ms"
