@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from perfseer_rt.profile import hostmem
+from perfseer_rt.profile import hostmem, nvml
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.record import classify_failure
 from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
@@ -261,8 +261,6 @@ def _measure_cpu(build, *, optimizer, lr, loss_fn, settings, threads, batch) -> 
 
 
 def _measure_cuda(build, *, optimizer, lr, loss_fn, settings, batch, device_id) -> dict[str, Any]:
-    from perfseer_rt.profile import nvml
-
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     dev = torch.device("cuda", device_id)

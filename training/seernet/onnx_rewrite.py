@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper
 
 
@@ -124,8 +125,6 @@ def rewrite_file(path: str | os.PathLike, check: bool = True) -> int:
 
 
 def _check_same(old: bytes, new: bytes) -> None:
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sessions = [ort.InferenceSession(b, so, providers=["CPUExecutionProvider"]) for b in (old, new)]

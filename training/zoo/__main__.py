@@ -16,7 +16,9 @@ import json
 import sys
 import time
 
+from training.zoo import export_onnx, family_names, get_family, parse_spec, sample_many, to_spec
 from training.zoo.errors import SpecError
+from training.zoo.export import input_specs, output_specs
 
 PROG = "python -m training.zoo"
 
@@ -49,8 +51,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _io_dict(config, batch) -> dict:
-    from training.zoo.export import input_specs, output_specs
-
     return {
         "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in input_specs(config, batch)],
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in output_specs(config, batch)],
@@ -58,15 +58,6 @@ def _io_dict(config, batch) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from training.zoo import (
-        export_onnx,
-        family_names,
-        get_family,
-        parse_spec,
-        sample_many,
-        to_spec,
-    )
-
     if args.command == "export":
         config = parse_spec(args.spec)
         if args.batch is not None and args.batch < 1:

@@ -34,6 +34,7 @@ from training.zoo.config import ModelConfig
 from training.zoo.errors import SpecError
 from training.zoo.family import BATCH_DIM, TensorSpec
 from training.zoo.registry import get_family
+from training.zoo.spec import to_spec
 
 #: Batch size used for tracing (any value > 1 avoids batch-1 specializations).
 TRACE_BATCH = 2
@@ -173,8 +174,6 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     The model's ``metadata_props`` carry ``zoo.config`` (config JSON with
     arch_id), ``zoo.spec`` and ``zoo.arch_id``.
     """
-    from training.zoo.spec import to_spec
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = batch if batch is not None else config.batch
