@@ -117,7 +117,8 @@ def export(cell: str, path: str | Path, opset: int = 18) -> Path:
     buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset, do_constant_folding=True,
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset,  # type: ignore[arg-type]
+                          do_constant_folding=True,  # (a file object: see training.zoo.export)
                           input_names=["input"], output_names=names,
                           dynamic_axes={n: {0: "batch"} for n in ["input", *names]})
     path = Path(path)

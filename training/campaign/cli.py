@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            filter(None, [root, os.environ.get("PYTHONPATH")]))}})
         ray.init(address=a.ray_address, include_dashboard=False, ignore_reinit_error=True,
                  runtime_env=runtime_env)
-        executor = RayExecutor(factory, a.ray, num_gpus=1 if on_gpu else 0)
+        executor: loop.Executor = RayExecutor(factory, a.ray, num_gpus=1 if on_gpu else 0)
     else:
         executor = loop.LocalExecutor(factory(0))
     record = {"target": a.target, "measure_settings": settings.to_dict(),

@@ -50,6 +50,10 @@ __all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "NormalizedPredictor", "export_seernet
 class _Standardize(nn.Module):
     """``(slog1p(x) if log column else x - mean) / std`` per column."""
 
+    log_mask: Tensor  # buffers, one entry per column
+    mean: Tensor
+    std: Tensor
+
     def __init__(self, stats: ColumnStats):
         super().__init__()
         self.register_buffer("log_mask", torch.tensor(stats.log1p, dtype=torch.bool))
@@ -67,6 +71,9 @@ class NormalizedPredictor(nn.Module):
 
     Shapes: see the module doc; output ``[G, M]``.
     """
+
+    y_mean: Tensor  # buffers: the log-target stats, one per metric
+    y_std: Tensor
 
     def __init__(self, model: nn.Module, norm: Normalization, metrics: Sequence[str]):
         super().__init__()

@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from training.zoo import export_onnx, family_names, get_family, parse_spec, sample_many, to_spec
 from training.zoo.errors import SpecError
@@ -93,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
             for key, value in info.items():
                 print(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
     elif args.command == "families":
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in family_names():
             fam = get_family(name)
             rows.append({"family": name, "params": [

@@ -22,6 +22,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -184,7 +185,7 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     ins = input_specs(config, TRACE_BATCH)
     outs = output_specs(config, TRACE_BATCH)
     args = tuple(torch.from_numpy(a) for a in example_inputs(config, TRACE_BATCH).values())
-    kwargs = {"dynamo": False, "opset_version": opset, "do_constant_folding": True,
+    kwargs: dict[str, Any] = {"dynamo": False, "opset_version": opset, "do_constant_folding": True,
               "input_names": [t.name for t in ins], "output_names": [t.name for t in outs],
               "dynamic_axes": {t.name: {0: BATCH_DIM} for t in ins + outs}}
     cfg = config.with_batch(None if batch is None else int(batch))
@@ -202,7 +203,8 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
             proto = onnx.load(os.path.join(tmp, "model.onnx"))
         else:
             buf = io.BytesIO()
-            torch.onnx.export(model, args, buf, **kwargs)
+            # the TorchScript exporter (dynamo=False) writes to a file object; torch's hint names paths only
+            torch.onnx.export(model, args, buf, **kwargs)  # type: ignore[arg-type]
             del model
             if batch is None and not structure_only:
                 # Serialized protobuf messages merge when concatenated: appending the
