@@ -19,9 +19,12 @@ PACKAGES = ("perfseer_rt", "training", "benchmarks")
 #: a function-level import is allowed when a comment within this many lines
 #: above it (or on its line) says it is deliberately lazy
 LAZY_WINDOW = 4
-#: TODO(issue 18): perfseer_rt/graph is being rewritten on another branch; its
-#: function-level imports are reviewed when that lands.
-NOT_YET = ("perfseer_rt/graph/",)
+#: TODO(issue 18): perfseer_rt/graph is being rewritten on another branch, and
+#: training/seernet/report.py is being changed by the lead; their
+#: function-level imports are reviewed when those land.
+NOT_YET = ("perfseer_rt/graph/", "training/seernet/report.py")
+#: the trees whose imports must be at the top (benchmarks/ is not yet checked)
+TOP_LEVEL_IMPORT_TREES = ("perfseer_rt", "training")
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +89,27 @@ def _function_level_imports(path: Path) -> list[tuple[int, str]]:
     return sorted(set(found))
 
 
-def test_runtime_imports_are_at_the_top():
-    """perfseer_rt/: an import inside a function says why it is lazy."""
+@pytest.mark.parametrize("tree", TOP_LEVEL_IMPORT_TREES)
+def test_imports_are_at_the_top(tree):
+    """perfseer_rt/ and training/: an import inside a function says why it is lazy."""
+    paths = sorted((ROOT / tree).rglob("*.py"))
+    assert paths
     bad = []
-    for path in sorted((ROOT / "perfseer_rt").rglob("*.py")):
+    for path in paths:
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith(NOT_YET):
             continue
         bad += [f"{rel}:{ln}: {text}" for ln, text in _function_level_imports(path)]
     assert bad == []
+
+
+def test_the_import_check_finds_an_unexplained_function_level_import(tmp_path):
+    """The check above can fail: an import inside a function (or a method) is
+    found unless a comment within LAZY_WINDOW lines above it says "lazy"."""
+    src = tmp_path / "m.py"
+    src.write_text("import os\n\n\n"
+                   "def f():\n    import json\n    return json\n\n\n"
+                   "class C:\n    def g(self):\n        from pathlib import Path\n        return Path\n\n\n"
+                   "def h():\n    # lazy: heavy and optional\n    import sqlite3\n    return sqlite3\n\n\n"
+                   "def k():\n    import csv  # lazy: rarely used\n    return csv\n")
+    assert _function_level_imports(src) == [(5, "import json"), (11, "from pathlib import Path")]

@@ -1,4 +1,5 @@
-"""CI lint: ruff over the repository and mypy (strict on ``perfseer_rt/``).
+"""CI lint: ruff over the repository and mypy (strict on ``perfseer_rt/``,
+mypy's defaults on ``training/``).
 
 The settings live in pyproject.toml (``[tool.ruff]``, ``[tool.mypy]``); this
 test only runs the tools, so ``python -m pytest`` (README's one test command,
@@ -31,7 +32,8 @@ def test_ruff_is_clean():
 
 
 @pytest.mark.slow
-def test_mypy_strict_on_the_runtime_is_clean(tmp_path):
+def test_mypy_is_clean(tmp_path):
+    """mypy over ``[tool.mypy] files``: perfseer_rt/ strictly, training/ non-strict."""
     # a fresh cache: the result must not depend on an earlier run's state
     proc = subprocess.run(_tool("mypy") + ["--cache-dir", str(tmp_path / "cache")], cwd=ROOT,
                           capture_output=True, text=True)
@@ -52,3 +54,13 @@ def test_mypy_checks_the_runtime_strictly():
         assert runtime[0].get(flag) is True, flag
     assert not any("strict" in o for o in cfg["overrides"])
     assert "perfseer_rt" in cfg["files"]
+
+
+def test_mypy_checks_training():
+    """training/ is in mypy's run, and no override switches its errors off
+    wholesale (single modules may be, each with a TODO naming its issue)."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert "training" in cfg["files"]
+    for o in cfg["overrides"]:
+        if o.get("ignore_errors"):
+            assert not {"training", "training.*"} & set(o["module"]), o["module"]

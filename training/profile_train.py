@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from perfseer_rt.profile import hostmem
+from perfseer_rt.profile import hostmem, nvml
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.record import classify_failure
 from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
@@ -201,7 +201,9 @@ def measure_train_step(build: Builder, *, device: str = "cpu", optimizer: str = 
                         settings=settings or CPU_SETTINGS, threads=threads, batch=batch)
 
 
-def _prepare(build: Builder, dev: torch.device, optimizer: str, lr: float, loss_fn):
+def _prepare(build: Builder, dev: torch.device, optimizer: str, lr: float, loss_fn
+             ) -> tuple[torch.nn.Module, list[torch.Tensor], torch.optim.Optimizer, Callable[[], None],
+                        dict[str, Any]]:
     t0 = time.perf_counter()
     module, inputs = build()
     module = module.to(dev).train()
@@ -236,7 +238,11 @@ def _measure_cpu(build, *, optimizer, lr, loss_fn, settings, threads, batch) -> 
     notes = [] if baseline is not None else ["VmHWM could not be reset: peak is over the "
                                              "process start"]
     baseline = baseline if baseline is not None else hostmem.rss_kib()
-    module = inputs = opt = step = None
+    # what _prepare returns, held here so that `finally` can drop it before collecting
+    module: Any = None
+    inputs: Any = None
+    opt: Any = None
+    step: Any = None
     try:
         module, inputs, opt, step, info = _prepare(build, torch.device("cpu"), optimizer, lr,
                                                    loss_fn)
@@ -261,8 +267,6 @@ def _measure_cpu(build, *, optimizer, lr, loss_fn, settings, threads, batch) -> 
 
 
 def _measure_cuda(build, *, optimizer, lr, loss_fn, settings, batch, device_id) -> dict[str, Any]:
-    from perfseer_rt.profile import nvml
-
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     dev = torch.device("cuda", device_id)
@@ -272,13 +276,22 @@ def _measure_cuda(build, *, optimizer, lr, loss_fn, settings, batch, device_id) 
     gpu = nvml.Device(device_id)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(dev)
-    module = inputs = opt = step = None
+    # what _prepare returns, held here so that `finally` can drop it before collecting
+    module: Any = None
+    inputs: Any = None
+    opt: Any = None
+    step: Any = None
     window = None
     sampler = nvml.MemorySampler(gpu)
     try:
         with sampler:
             module, inputs, opt, step, info = _prepare(build, dev, optimizer, lr, loss_fn)
-            warmups = warm_up(lambda: (step(), torch.cuda.synchronize(dev)), settings)
+
+            def synced_step() -> None:
+                step()
+                torch.cuda.synchronize(dev)
+
+            warmups = warm_up(synced_step, settings)
             event_ms: list[float] = []
 
             def timed_step() -> None:

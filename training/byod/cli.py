@@ -12,7 +12,13 @@ import shlex
 import sys
 from typing import Sequence
 
+import torch
+
+from training.byod.calibrate_csv import calibrate_from_csv
 from training.byod.errors import ByodError
+from training.byod.graphs import GraphCache
+from training.byod.train_csv import train_from_csv
+from training.seernet.train import TrainConfig
 
 
 def add_train_settings(p: argparse.ArgumentParser, epochs: int) -> None:
@@ -85,11 +91,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m training.byod " + " ".join(
         shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     try:
-        import torch
-
-        from training.byod.graphs import GraphCache
-        from training.seernet.train import TrainConfig
-
         torch.set_num_threads(max(1, getattr(args, "threads", 1)))
         cfg = None if args.command == "calibrate" else TrainConfig(
             epochs=args.epochs, batch_size=args.batch_size, early_stop=args.early_stop, seed=args.seed,
@@ -104,8 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _train(args, cfg, cache, command: str) -> int:
-    from training.byod.train_csv import train_from_csv
-
     res = train_from_csv(args.csv, args.model_column, args.metric, args.device,
                          batch_column=args.batch_column, batch=args.batch, train_rows=args.train_rows,
                          test_rows=args.test_rows, out=args.out, cfg=cfg, cache=cache,
@@ -124,8 +123,6 @@ def _train(args, cfg, cache, command: str) -> int:
 
 
 def _calibrate(args, cache) -> int:
-    from training.byod.calibrate_csv import calibrate_from_csv
-
     res = calibrate_from_csv(args.csv, args.model_column, args.metric, args.device, args.base,
                              batch_column=args.batch_column, batch=args.batch, model_format=args.model_format,
                              out=args.out, overwrite=args.force, cache=cache, description=args.description)

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from training.byod.strip import strip_file
+from training.zoo.export import deterministic_init
 from training.zoo.nb201 import NODES, format_cell, make_op, parse_cell, stages
 
 PREFIX = "nb201-eager"
@@ -104,8 +105,6 @@ class EagerTinyNetwork(nn.Module):
 
 def export(cell: str, path: str | Path, opset: int = 18) -> Path:
     """Export the executed graph of ``cell`` (dynamic batch, structure only)."""
-    from training.zoo.export import deterministic_init
-
     cell = canonical(cell)
     with torch.device("meta"):
         model = EagerTinyNetwork(cell)
@@ -118,7 +117,8 @@ def export(cell: str, path: str | Path, opset: int = 18) -> Path:
     buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset, do_constant_folding=True,
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset,  # type: ignore[arg-type]
+                          do_constant_folding=True,  # (a file object: see training.zoo.export)
                           input_names=["input"], output_names=names,
                           dynamic_axes={n: {0: "batch"} for n in ["input", *names]})
     path = Path(path)

@@ -76,21 +76,21 @@ def select_rows(meas: Measurements, refs: Sequence[ModelRef], train_rows: str | 
         rows = [r + 1 for r in parse_rows(spec, last, option)]
         return [pos_of[r] for r in rows if r in pos_of]
 
-    if train_rows is None and test_rows is None:
-        test = [i for i in range(n) if in_validation(refs[i].arch_id, TEST_FRACTION, seed=1)]
-        train = [i for i in range(n) if i not in set(test)]
-    elif test_rows is None:
-        train = pick(train_rows, "--train-rows")
-        test = sorted(set(range(n)) - set(train))
-    elif train_rows is None:
-        test = pick(test_rows, "--test-rows")
-        train = sorted(set(range(n)) - set(test))
-    else:
+    if train_rows is not None and test_rows is not None:
         train, test = pick(train_rows, "--train-rows"), pick(test_rows, "--test-rows")
         both = sorted(set(train) & set(test))
         if both:
             row = meas.row_numbers[both[0]]
             raise ByodError(f"row {row} is in both --train-rows and --test-rows")
+    elif train_rows is not None:
+        train = pick(train_rows, "--train-rows")
+        test = sorted(set(range(n)) - set(train))
+    elif test_rows is not None:
+        test = pick(test_rows, "--test-rows")
+        train = sorted(set(range(n)) - set(test))
+    else:
+        test = [i for i in range(n) if in_validation(refs[i].arch_id, TEST_FRACTION, seed=1)]
+        train = [i for i in range(n) if i not in set(test)]
     if not train:
         raise ByodError("no training rows selected")
     return train, test

@@ -22,6 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.profile import MeasureSettings, check_cuda, environment
 from training.campaign import loop
@@ -152,7 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"campaign: error: {exc}", file=sys.stderr)
             return 2
     if on_gpu and a.target == "cuda-train":
-        import torch  # the training target's own dependency
         if not torch.cuda.is_available():
             print("campaign: error: torch sees no CUDA device; use --dry-run on a CPU machine",
                   file=sys.stderr)
@@ -174,9 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.count + sum(not store.is_done(*p) for p in set(planned)))
     factory = WorkerFactory(spec, a.noisy_cv, a.zoo)
     if a.ray:
-        import ray  # optional and heavy: only the distributed path imports it
+        # lazy: Ray is optional and heavy; only the distributed path imports it
+        import ray
 
-        from training.campaign.distributed import RayExecutor  # imports ray
+        from training.campaign.distributed import RayExecutor  # lazy: imports ray
+
         root = str(Path(__file__).resolve().parents[2])  # the repository: workers import training/
         runtime_env = ({"working_dir": root, "excludes": ["data", ".venv", ".whl", "reports"]}
                        if a.ray_address else
@@ -184,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            filter(None, [root, os.environ.get("PYTHONPATH")]))}})
         ray.init(address=a.ray_address, include_dashboard=False, ignore_reinit_error=True,
                  runtime_env=runtime_env)
-        executor = RayExecutor(factory, a.ray, num_gpus=1 if on_gpu else 0)
+        executor: loop.Executor = RayExecutor(factory, a.ray, num_gpus=1 if on_gpu else 0)
     else:
         executor = loop.LocalExecutor(factory(0))
     record = {"target": a.target, "measure_settings": settings.to_dict(),

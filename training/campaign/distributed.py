@@ -43,7 +43,9 @@ class RayExecutor:
     def __init__(self, make_worker: Callable[[int], Any], devices: int, *, num_gpus: float = 0,
                  num_cpus: float = 1):
         opts = {"num_gpus": num_gpus, "num_cpus": num_cpus}
-        self.actors = [_DeviceActor.options(**opts).remote(make_worker, i) for i in range(devices)]
+        # @ray.remote turns the class into an ActorClass; ray's hints keep the plain class
+        self.actors = [_DeviceActor.options(**opts).remote(make_worker, i)  # type: ignore[attr-defined]
+                       for i in range(devices)]
         self.idle = list(self.actors)
         self.running: dict[Any, tuple[Any, Item]] = {}  # ref -> (actor, item)
 

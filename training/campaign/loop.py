@@ -99,7 +99,9 @@ def run(plan: Any, store: Store, executor: Any, *, target: int, reference: bool 
         dynamic_ncols=True, disable=not progress)
 
     def out_of_time() -> bool:
-        return bool(time_budget_s) and time.monotonic() - start > time_budget_s
+        if not time_budget_s:
+            return False
+        return time.monotonic() - start > time_budget_s
 
     ahead: deque[Item] = deque()  # the stream's next item, peeked for the export prefetch
 

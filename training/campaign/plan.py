@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
 from training.campaign.zoo_cases import zoo
@@ -176,7 +176,7 @@ class FixedPlan:
         return iter(self._plan())
 
     def references(self) -> list[Item]:
-        return [Item(**{**it.__dict__, "batches": it.batches[:1], "reference": True})
+        return [replace(it, batches=None if it.batches is None else it.batches[:1], reference=True)
                 for it in self._plan()[:self.reference_count]]
 
     def describe(self) -> dict:

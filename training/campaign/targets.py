@@ -84,14 +84,17 @@ class Target:
             self._worker: Any = ProfileWorker("cuda" if spec.on_cuda else "cpu",
                                               timeout_s=spec.timeout_s)
         else:
-            from training.profile_train import TrainWorker  # torch: only train targets need it
+            # lazy: profile_train imports torch, which only train targets need
+            from training.profile_train import TrainWorker
+
             self._worker = TrainWorker("cuda" if spec.on_cuda else "cpu", timeout_s=spec.timeout_s)
 
     def env(self) -> dict:
         """The record's environment block (once per target)."""
         if self._env is None:
             if self.kind == "train":
-                from training.profile_train import torch_env  # torch: train targets only
+                from training.profile_train import torch_env  # lazy: torch, train targets only
+
                 self._env = environment(gpu_index=self.device_id if self.spec.on_cuda else None,
                                         **torch_env())
             else:

@@ -90,12 +90,12 @@ class DeviceWorker:
         """Start exporting ``item`` (the next one) while this one is measured."""
         if item is not None and item.arch_id not in self._exports:
             path = str(self.tmp / f"{item.arch_id}.onnx")
-            args = (export_case, json.dumps(item.config), path, self.zoo)
+            args = (json.dumps(item.config), path, self.zoo)
             try:
-                self._exports[item.arch_id] = self._pool.submit(*args)
+                self._exports[item.arch_id] = self._pool.submit(export_case, *args)
             except BrokenProcessPool:  # an earlier export killed the process
                 self._restart_pool()
-                self._exports[item.arch_id] = self._pool.submit(*args)
+                self._exports[item.arch_id] = self._pool.submit(export_case, *args)
 
     def _export(self, item: Item) -> str:
         self.prefetch(item)
@@ -146,9 +146,8 @@ class DeviceWorker:
         except Exception as exc:  # noqa: BLE001 - an unexportable config is a recorded failure
             self.prefetch(upcoming)
             self._drop_export(item.arch_id)
-            batches = item.batches or (1,)
             return [(self._record(item, b, {"status": "error", "error": f"export: {exc}"}, None),
-                     None) for b in batches if b not in item.skip]
+                     None) for b in item.batches or (1,) if b not in item.skip]
         self.prefetch(upcoming)
         try:
             batches = list(item.batches or (1,))
@@ -163,6 +162,7 @@ class DeviceWorker:
                 if deadline is not None and time.time() > deadline:
                     break
                 graph = None
+                rec: dict[str, Any]
                 if oom_at is not None and batch > oom_at:
                     rec = {"status": "oom", "error": f"not run: batch {oom_at} ran out of memory",
                            "oom_masked_by": oom_at}

@@ -41,6 +41,8 @@ def export_case(config_json: str, path: str, zoo_name: str | None = None) -> dic
 
 def build_train_case(config: dict, batch: int):
     """``(module, inputs)`` of a zoo config at ``batch`` for a training step."""
+    # lazy: export processes import this module to run export_worker_init, which
+    # must set OMP_NUM_THREADS before torch is first imported (torch reads it then)
     import torch
 
     zoo = _zoo()

@@ -25,6 +25,17 @@ import sys
 import time
 
 import numpy as np
+import onnxruntime as ort
+
+from perfseer_rt.profile.cuda import bind_device, tiny_conv_model
+from perfseer_rt.profile.env import environment
+from perfseer_rt.profile.nvml import Device
+from perfseer_rt.profile.session import build_session, preload_cuda_libraries
+
+try:  # not in every onnxruntime build
+    from onnxruntime.capi import build_and_package_info as _build_info
+except ImportError:
+    _build_info = None
 
 
 def _median_ms(fn, n: int = 5) -> float:
@@ -39,27 +50,17 @@ def _median_ms(fn, n: int = 5) -> float:
 
 def run_check(out_dir: str | None = None) -> dict:
     """Run the checks; returns the report (``passed`` and ``failures`` inside)."""
-    import onnxruntime as ort
-
-    from perfseer_rt.profile.cuda import bind_device, tiny_conv_model
-    from perfseer_rt.profile.env import environment
-    from perfseer_rt.profile.session import build_session, preload_cuda_libraries
-
     report: dict = {"failures": []}
     fail = report["failures"].append
     report["preloaded_libraries"] = preload_cuda_libraries()
     report["onnxruntime"] = {
         "version": ort.__version__, "file": ort.__file__,
         "available_providers": ort.get_available_providers(), "device": ort.get_device()}
-    try:
-        from onnxruntime.capi import build_and_package_info as bpi
-
-        report["onnxruntime"]["build_cuda_version"] = getattr(bpi, "cuda_version", None)
-    except ImportError:
-        pass
+    if _build_info is not None:
+        report["onnxruntime"]["build_cuda_version"] = getattr(_build_info, "cuda_version", None)
     report["env"] = environment()
     try:
-        import torch
+        import torch  # lazy: optional here (reported when installed) and heavy
 
         report["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
                            "cudnn": torch.backends.cudnn.version(),
@@ -93,8 +94,6 @@ def run_check(out_dir: str | None = None) -> dict:
         fail(f"CUDA output differs from CPU: relative error {rel:.3g}")
 
     try:
-        from perfseer_rt.profile.nvml import Device
-
         dev = Device(0)
         mem = dev.process_mem_mb()
         report["nvml_process_mem_mb"] = mem

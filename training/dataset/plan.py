@@ -52,13 +52,13 @@ def architecture_stream(seed: int, families: tuple[str, ...] | None = None) -> I
     """An endless deterministic stream of CPU-sized zoo configs, drawn from
     ``families`` (default: all of :data:`FAMILY_WEIGHTS`) by their weights."""
     rng = random.Random(seed)
-    families = sorted(families or FAMILY_WEIGHTS)
-    unknown = [f for f in families if f not in FAMILY_WEIGHTS]
+    names = sorted(families or FAMILY_WEIGHTS)
+    unknown = [f for f in names if f not in FAMILY_WEIGHTS]
     if unknown:
         raise ValueError(f"unknown families {unknown}; choose from {sorted(FAMILY_WEIGHTS)}")
-    weights = [FAMILY_WEIGHTS[f] for f in families]
+    weights = [FAMILY_WEIGHTS[f] for f in names]
     while True:
-        family = rng.choices(families, weights)[0]
+        family = rng.choices(names, weights)[0]
         yield cpu_variant(sample(family, rng), rng)
 
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -35,7 +36,7 @@ COMMAND = "python -m training.gpuprior --steps {steps}  # data: ../shared/extern
 
 def export_final(families, steps: int, export: Path, summary: dict) -> dict:
     export.mkdir(parents=True, exist_ok=True)
-    doc = {"format": PRIOR_FORMAT, "provenance": PROVENANCE, "steps": steps,
+    doc: dict[str, Any] = {"format": PRIOR_FORMAT, "provenance": PROVENANCE, "steps": steps,
            "target": "log(latency_ms / roofline_ms), roofline = max(FLOPs/fp32 peak, bytes/bandwidth)",
            "blend_w_mlp": M.BLEND_W_MLP, "families": {}}
     for name, fam in tqdm(families.items(), desc="final fits"):

@@ -58,7 +58,8 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
                   version: str) -> list[str]:
     """Write every entry's manifest; returns the entry names."""
     specs = dict(specs)
-    specs[H200["Device"]] = GpuSpec.from_config(H200)
+    h200 = GpuSpec.from_config(H200)
+    specs[h200.name] = h200
     written = []
     for sheet, spec in specs.items():
         name, mig_gpu = ENTRIES[sheet]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -47,7 +48,7 @@ def fold(fam: Family, held: str, steps: int, seed: int = 0) -> dict:
     additive = M.predict_additive(coef, test.shape["flops"], test.shape["bytes"], s_te)
     prior = M.blend(mlp_ms, additive, roof_te)
     meas = test.latency_ms
-    out = {"family": fam.name, "held_out": held, "train_rows": len(train),
+    out: dict[str, Any] = {"family": fam.name, "held_out": held, "train_rows": len(train),
            "prior": scores(prior, meas), "mlp": scores(mlp_ms, meas), "roofline": scores(roof_te, meas),
            "kernel_additive": scores(additive, meas), "calibration": {}}
     rng = np.random.default_rng(seed)

@@ -37,6 +37,11 @@ class RooflineFraction(nn.Module):
     of them) then gets the nearest trained behaviour rather than an MLP
     extrapolation."""
 
+    mean: torch.Tensor  # buffers (feature statistics and training range)
+    std: torch.Tensor
+    lo: torch.Tensor
+    hi: torch.Tensor
+
     def __init__(self, mean: np.ndarray, std: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                  hidden: int = HIDDEN):
         super().__init__()
@@ -82,7 +87,9 @@ def predict_mlp(model: RooflineFraction, x: np.ndarray) -> np.ndarray:
 def export_onnx(model: RooflineFraction, n_features: int) -> bytes:
     """The model as ONNX bytes: ``features float32[n, d]`` -> ``log_ratio float32[n]``."""
     buf = io.BytesIO()
-    torch.onnx.export(model, (torch.zeros(2, n_features),), buf, input_names=["features"],
+    # the TorchScript exporter (dynamo=False) writes to a file object; torch's hint names paths only
+    torch.onnx.export(model, (torch.zeros(2, n_features),), buf,  # type: ignore[arg-type]
+                      input_names=["features"],
                       output_names=["log_ratio"], dynamic_axes={"features": {0: "n"},
                                                                 "log_ratio": {0: "n"}},
                       opset_version=17, dynamo=False)

@@ -41,7 +41,7 @@ def write_report(folds: list[dict], out: Path, command: str, specs: dict) -> dic
 
 
 def _readme(res: dict, specs: dict) -> str:
-    L = []
+    L: list[str] = []
     add = L.append
     add("# GPU prior: leave-one-GPU-out accuracy (NeuSight kernel measurements)\n")
     add("Regenerate (about 15-30 min on one shared core; folds resume from `folds.json`):\n")

@@ -21,6 +21,7 @@ these arrays (``concat_graphs``) are the runtime's contract,
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -31,11 +32,16 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
 from perfseer_rt.predict.manifest import INPUT_NAMES, INTRA_OP_THREADS, OUTPUT_NAMES
 from training.seernet.normalization import ColumnStats, Normalization
+from training.seernet.onnx_rewrite import scatter_rows
+from training.seernet.seernet import StackedPredictor
+from training.seernet.train import load_checkpoint
 
 __all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "NormalizedPredictor", "export_seernet",
            "export_checkpoints", "run_onnx"]
@@ -43,6 +49,10 @@ __all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "NormalizedPredictor", "export_seernet
 
 class _Standardize(nn.Module):
     """``(slog1p(x) if log column else x - mean) / std`` per column."""
+
+    log_mask: Tensor  # buffers, one entry per column
+    mean: Tensor
+    std: Tensor
 
     def __init__(self, stats: ColumnStats):
         super().__init__()
@@ -61,6 +71,9 @@ class NormalizedPredictor(nn.Module):
 
     Shapes: see the module doc; output ``[G, M]``.
     """
+
+    y_mean: Tensor  # buffers: the log-target stats, one per metric
+    y_std: Tensor
 
     def __init__(self, model: nn.Module, norm: Normalization, metrics: Sequence[str]):
         super().__init__()
@@ -123,10 +136,6 @@ def export_seernet(model: nn.Module, normalization: Normalization, path: str | o
 def _rows_scatter(path: Path) -> None:
     """Rewrite the exporter's element scatters as row scatters (same result,
     ~20x faster in onnxruntime; :mod:`training.seernet.onnx_rewrite`)."""
-    import onnx
-
-    from training.seernet.onnx_rewrite import scatter_rows
-
     model = onnx.load(str(path))
     if scatter_rows(model):
         onnx.save(model, str(path))
@@ -149,8 +158,6 @@ def _quiet_torch_onnx():
 
 def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch) -> np.ndarray:
     """Run an exported predictor with onnxruntime on the CPU."""
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.intra_op_num_threads = INTRA_OP_THREADS  # ScatterND reductions race across threads
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -178,9 +185,6 @@ def export_checkpoints(checkpoints: Sequence[str | os.PathLike], path: str | os.
     """Export SeerNet checkpoints (:func:`training.seernet.train.save_checkpoint`)
     to one ONNX file: one SeerNet-Multi, or several single-metric SeerNets
     trained with the same normalization, stacked in the given order."""
-    from training.seernet.seernet import StackedPredictor
-    from training.seernet.train import load_checkpoint
-
     loaded = [load_checkpoint(c) for c in checkpoints]
     norms = {json.dumps(n.to_dict(), sort_keys=True) for _, n, _, _ in loaded}
     if len(norms) != 1:
@@ -192,8 +196,6 @@ def export_checkpoints(checkpoints: Sequence[str | os.PathLike], path: str | os.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m training.seernet.export",
                                 description="Export SeerNet checkpoints to one ONNX predictor.")
     p.add_argument("checkpoints", nargs="+", help="checkpoint files (.pt), outputs in this order")

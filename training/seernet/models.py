@@ -7,6 +7,7 @@ the keyword config that rebuilds it (stored in checkpoints).
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -71,7 +72,6 @@ def build(name: str, config: dict) -> nn.Module:
 
 
 def _lazy(module: str, cls: str) -> Callable[..., nn.Module]:
-    def make(**config):
-        import importlib
+    def make(**config):  # lazy: sklearn / torch_geometric baselines load when named
         return getattr(importlib.import_module(module), cls)(**config)
     return make

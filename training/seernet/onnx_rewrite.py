@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper
 
 
@@ -124,12 +125,10 @@ def rewrite_file(path: str | os.PathLike, check: bool = True) -> int:
 
 
 def _check_same(old: bytes, new: bytes) -> None:
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sessions = [ort.InferenceSession(b, so, providers=["CPUExecutionProvider"]) for b in (old, new)]
-    widths = {i.name: i.shape[1] if len(i.shape) > 1 else None for i in sessions[0].get_inputs()}
+    widths = {i.name: i.shape[1] for i in sessions[0].get_inputs() if len(i.shape) > 1}  # 2-D inputs
     rng = np.random.default_rng(0)
     for sizes in ([1], [5, 40, 3], [300]):
         n = sum(sizes)

@@ -16,10 +16,20 @@ heads) get their plain gradients.
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+
+@runtime_checkable
+class MultiTask(Protocol):
+    """A model PCGrad can train: its shared and its per-task parameters
+    (:class:`~training.seernet.seernet_multi.SeerNetMulti`)."""
+
+    def shared_parameters(self) -> list[nn.Parameter]: ...
+
+    def task_parameters(self) -> list[nn.Parameter]: ...
 
 
 def project_conflicting(grads: Sequence[Tensor], rng: random.Random | None = None) -> list[Tensor]:

@@ -13,6 +13,7 @@ def plot_predictions(path: str | os.PathLike, title: str, unit: str,
     """One panel per model: measured (x) vs predicted (y), log-log, with the
     ``y = x`` line and the +-10 % band. ``results``: model -> (measured,
     predicted, MAPE)."""
+    # lazy: matplotlib is heavy and only the report's plots need it
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

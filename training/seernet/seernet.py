@@ -72,6 +72,8 @@ class SeerNet(nn.Module):
         - **output:** ``[G, num_outputs]``.
     """
 
+    node_keep: Tensor  # buffer: the node columns read (all but the op one-hot by default)
+
     def __init__(self, config: SeerNetConfig):
         super().__init__()
         self.config = config

@@ -27,6 +27,8 @@ class SeerNetMulti(SeerNet):
         same as :class:`~training.seernet.seernet.SeerNet`; output ``[G, M]``.
     """
 
+    head: nn.ModuleList  # one head per metric (_make_heads)
+
     def _make_heads(self) -> nn.Module:
         c = self.config
         return nn.ModuleList(MLP([c.hidden, c.hidden, 1], plain_last=True, dropout=c.dropout)

@@ -43,7 +43,7 @@ class SoftmaxAggregation(nn.Module):
         with torch.no_grad():
             self.t.fill_(self.init_t)
 
-    def forward(self, x: Tensor, index: Tensor, dim_size: int | Tensor) -> Tensor:
+    def forward(self, x: Tensor, index: Tensor, dim_size: int) -> Tensor:
         logits = x * self.t
         peak = scatter_max(logits, index, dim_size).detach()  # stability only
         w = torch.exp(logits - peak.index_select(0, index))

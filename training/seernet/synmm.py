@@ -41,7 +41,7 @@ class SynMM(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.constant_(self.weight, 0.5)
 
-    def forward(self, x: Tensor, index: Tensor, dim_size: int | Tensor) -> Tensor:
+    def forward(self, x: Tensor, index: Tensor, dim_size: int) -> Tensor:
         v_max = scatter_max(x, index, dim_size)
         v_mean = scatter_mean(x, index, dim_size)
         return self.weight[0] * v_max + self.weight[1] * v_mean

@@ -55,9 +55,9 @@ def random_graph(rng: np.random.Generator, num_nodes: int, batch: int = 1) -> Gr
     u = np.zeros(len(layout.GLOBAL_COLUMNS))
     u[_G["num_nodes"]], u[_G["num_edges"]] = n, e
     u[_G["density"]] = e / (n * (n - 1)) if n > 1 else 0.0
-    for name, col in (("flops", flops), ("mac", mac), ("weight", weight)):
-        u[_G[f"{name}_total"]], u[_G[f"{name}_mean"]] = col.sum(), col.mean()
-        u[_G[f"{name}_median"]], u[_G[f"{name}_max"]] = np.median(col), col.max()
+    for name, values in (("flops", flops), ("mac", mac), ("weight", weight)):
+        u[_G[f"{name}_total"]], u[_G[f"{name}_mean"]] = values.sum(), values.mean()
+        u[_G[f"{name}_median"]], u[_G[f"{name}_max"]] = np.median(values), values.max()
     u[_G["params_total"]] = weight.sum() / 4
     u[_G["edge_size_mean"]] = edge_attr[:, 0].mean() if e else 0.0
     u[_G["ai_model"]] = flops.sum() / mac.sum()

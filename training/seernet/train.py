@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from training.seernet import models
 from training.seernet.normalization import Normalization
-from training.seernet.pcgrad import pcgrad_backward
+from training.seernet.pcgrad import MultiTask, pcgrad_backward
 from training.seernet.sample import GraphBatch, GraphSample, collate
 
 
@@ -61,7 +61,7 @@ class PreparedSet:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def batch(self, idx: Sequence[int]) -> GraphBatch:
+    def batch(self, idx: Sequence[int] | np.ndarray) -> GraphBatch:
         b = collate([self.samples[i] for i in idx], ())
         b.y = torch.from_numpy(self.targets[np.asarray(idx)]).float()
         b.metrics = self.metrics
@@ -123,7 +123,7 @@ def train_model(model: nn.Module, train: PreparedSet, val: PreparedSet, cfg: Tra
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(
         opt, mode="min", factor=cfg.lr_factor, patience=cfg.lr_patience, min_lr=cfg.min_lr)
-    use_pcgrad = cfg.pcgrad and hasattr(model, "shared_parameters") and len(train.metrics) > 1
+    pcgrad = model if cfg.pcgrad and isinstance(model, MultiTask) and len(train.metrics) > 1 else None
     best = (float("inf"), 0, copy.deepcopy(model.state_dict()))
     history: list[dict] = []
     start = time.perf_counter()
@@ -140,9 +140,9 @@ def train_model(model: nn.Module, train: PreparedSet, val: PreparedSet, cfg: Tra
             if not present.any():
                 continue
             opt.zero_grad(set_to_none=True)
-            if use_pcgrad:
+            if pcgrad is not None:
                 pcgrad_backward([losses[m] for m in range(len(losses)) if present[m]],
-                                model.shared_parameters(), model.task_parameters(), task_rng)
+                                pcgrad.shared_parameters(), pcgrad.task_parameters(), task_rng)
             else:
                 losses[present].mean().backward()
             opt.step()

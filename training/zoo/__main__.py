@@ -15,8 +15,11 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
+from training.zoo import export_onnx, family_names, get_family, parse_spec, sample_many, to_spec
 from training.zoo.errors import SpecError
+from training.zoo.export import input_specs, output_specs
 
 PROG = "python -m training.zoo"
 
@@ -49,8 +52,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _io_dict(config, batch) -> dict:
-    from training.zoo.export import input_specs, output_specs
-
     return {
         "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in input_specs(config, batch)],
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in output_specs(config, batch)],
@@ -58,15 +59,6 @@ def _io_dict(config, batch) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from training.zoo import (
-        export_onnx,
-        family_names,
-        get_family,
-        parse_spec,
-        sample_many,
-        to_spec,
-    )
-
     if args.command == "export":
         config = parse_spec(args.spec)
         if args.batch is not None and args.batch < 1:
@@ -102,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
             for key, value in info.items():
                 print(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
     elif args.command == "families":
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in family_names():
             fam = get_family(name)
             rows.append({"family": name, "params": [

@@ -22,6 +22,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -34,6 +35,7 @@ from training.zoo.config import ModelConfig
 from training.zoo.errors import SpecError
 from training.zoo.family import BATCH_DIM, TensorSpec
 from training.zoo.registry import get_family
+from training.zoo.spec import to_spec
 
 #: Batch size used for tracing (any value > 1 avoids batch-1 specializations).
 TRACE_BATCH = 2
@@ -173,8 +175,6 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     The model's ``metadata_props`` carry ``zoo.config`` (config JSON with
     arch_id), ``zoo.spec`` and ``zoo.arch_id``.
     """
-    from training.zoo.spec import to_spec
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = batch if batch is not None else config.batch
@@ -185,7 +185,7 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
     ins = input_specs(config, TRACE_BATCH)
     outs = output_specs(config, TRACE_BATCH)
     args = tuple(torch.from_numpy(a) for a in example_inputs(config, TRACE_BATCH).values())
-    kwargs = {"dynamo": False, "opset_version": opset, "do_constant_folding": True,
+    kwargs: dict[str, Any] = {"dynamo": False, "opset_version": opset, "do_constant_folding": True,
               "input_names": [t.name for t in ins], "output_names": [t.name for t in outs],
               "dynamic_axes": {t.name: {0: BATCH_DIM} for t in ins + outs}}
     cfg = config.with_batch(None if batch is None else int(batch))
@@ -203,7 +203,8 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
             proto = onnx.load(os.path.join(tmp, "model.onnx"))
         else:
             buf = io.BytesIO()
-            torch.onnx.export(model, args, buf, **kwargs)
+            # the TorchScript exporter (dynamo=False) writes to a file object; torch's hint names paths only
+            torch.onnx.export(model, args, buf, **kwargs)  # type: ignore[arg-type]
             del model
             if batch is None and not structure_only:
                 # Serialized protobuf messages merge when concatenated: appending the

@@ -75,7 +75,7 @@ class GoogLeNet(nn.Module):
         ]
         c = w(192)
         for spec in MODULES:
-            if spec == "M":
+            if isinstance(spec, str):  # "M"
                 layers.append(nn.MaxPool2d(3, 2, ceil_mode=True))
                 continue
             block = Inception(c, *(w(v) for v in spec))

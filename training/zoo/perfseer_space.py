@@ -159,7 +159,7 @@ def format_stage(stage: dict) -> str:
 def build_stage(c_in: int, s: dict) -> tuple[nn.Module, int]:
     """The stage module (first op halves H and W) and its output channels."""
     style, d, w, k = s["style"], s["depth"], s["width"], s["kernel"]
-    r = s.get("ratio")
+    r: float = s.get("ratio", math.nan)  # vgg stages have no ratio (and use none)
     layers: list[nn.Module] = []
     if style == "vgg":
         layers.append(nn.MaxPool2d(2, 2))

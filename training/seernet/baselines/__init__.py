@@ -13,11 +13,11 @@ from training.seernet.baselines.mlp_node import MLPNode
 __all__ = ["MLPNode", "PMGNS", "Eagle", "KernelAdditive", "GlobalGBM"]
 
 
-def __getattr__(name):  # torch_geometric is imported only when asked for
+def __getattr__(name):  # lazy: torch_geometric (optional, heavy) is imported only when asked for
     if name == "PMGNS":
-        from training.seernet.baselines.pmgns import PMGNS
+        from training.seernet.baselines.pmgns import PMGNS  # lazy: torch_geometric
         return PMGNS
     if name == "Eagle":
-        from training.seernet.baselines.eagle import Eagle
+        from training.seernet.baselines.eagle import Eagle  # lazy: torch_geometric
         return Eagle
     raise AttributeError(name)

@@ -41,7 +41,7 @@ class Eagle(nn.Module):
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
-            conv.reset_parameters()
+            conv.reset_parameters()  # type: ignore[operator]  # a torch_geometric conv; nn.ModuleList yields plain Modules
         self.out.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, u: Tensor,

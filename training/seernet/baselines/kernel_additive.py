@@ -37,6 +37,9 @@ class KernelAdditive(nn.Module):
         - **input:** as SeerNet; **output:** ``[G, num_outputs]``.
     """
 
+    target_mean: Tensor  # buffers: the log-target stats
+    target_std: Tensor
+
     def __init__(self, node_dim: int, target_mean: Sequence[float], target_std: Sequence[float],
                  hidden: int = 256, init_nodes: float = 100.0):
         super().__init__()
@@ -50,6 +53,7 @@ class KernelAdditive(nn.Module):
     def reset_parameters(self) -> None:
         self.kernel.reset_parameters()
         last = self.kernel.net[-1]
+        assert isinstance(last, nn.Linear)  # plain_last: the MLP ends in its Linear
         with torch.no_grad():  # start with sum of costs ~ the mean target
             last.bias.copy_(self.target_mean - torch.log(torch.tensor(max(self.init_nodes, 1.0))))
 

@@ -46,7 +46,7 @@ class PMGNS(nn.Module):
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
-            conv.reset_parameters()
+            conv.reset_parameters()  # type: ignore[operator]  # a torch_geometric conv; nn.ModuleList yields plain Modules
         self.fc.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, u: Tensor,
