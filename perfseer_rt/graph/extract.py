@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -134,23 +135,25 @@ def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = 
         stack.append(graph)
     else:  # the top graph's attributes from the table
         for row in table:
-            for a in row[5]:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    total += len(a.g.node)
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    total += sum(len(g.node) for g in a.graphs)
-                    stack.extend(a.graphs)
+            total += _push_subgraphs(row[5], stack)
     while stack and total <= cap:
         for node in stack.pop().node:
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    total += len(a.g.node)
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    total += sum(len(g.node) for g in a.graphs)
-                    stack.extend(a.graphs)
+            total += _push_subgraphs(node.attribute, stack)
     return total
+
+
+def _push_subgraphs(attributes: Iterable[onnx.AttributeProto], stack: list[onnx.GraphProto]) -> int:
+    """Push the subgraphs held by ``attributes`` (If/Loop/Scan bodies) on
+    ``stack``; return how many nodes they hold at their top level."""
+    nodes = 0
+    for a in attributes:
+        if a.type == onnx.AttributeProto.GRAPH:
+            nodes += len(a.g.node)
+            stack.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            nodes += sum(len(g.node) for g in a.graphs)
+            stack.extend(a.graphs)
+    return nodes
 
 
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,

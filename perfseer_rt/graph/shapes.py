@@ -374,6 +374,18 @@ def _static(tp: onnx.TypeProto) -> TypedShape | None:
     return tp.tensor_type.elem_type, tuple(dims)
 
 
+def _with_initializers(sk: onnx.ModelProto, known: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``known`` constants plus every decodable initializer of ``sk`` not among them."""
+    avail: dict[str, np.ndarray] = dict(known)
+    for init in sk.graph.initializer:
+        if init.name not in avail:
+            try:
+                avail[init.name] = numpy_helper.to_array(init)
+            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+                continue
+    return avail
+
+
 def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
                        shapes: dict[str, TypedShape], known: dict[str, np.ndarray],
                        deadline: Deadline | None) -> dict[str, TypedShape] | None:
@@ -392,13 +404,7 @@ def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
     from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
 
     shapes = dict(shapes)
-    avail: dict[str, np.ndarray] = dict(known)
-    for init in sk.graph.initializer:
-        if init.name not in avail:
-            try:
-                avail[init.name] = numpy_helper.to_array(init)
-            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
-                continue
+    avail = _with_initializers(sk, known)
     folded_outs = {o for n in folded for o in n.output if o}
     opsets = {(imp.domain or ""): imp.version for imp in sk.opset_import}
     opset_list = list(sk.opset_import)
@@ -548,13 +554,7 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
     """
     from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
 
-    avail: dict[str, np.ndarray] = dict(known)
-    for init in sk.graph.initializer:
-        if init.name not in avail:
-            try:
-                avail[init.name] = numpy_helper.to_array(init)
-            except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
-                continue
+    avail = _with_initializers(sk, known)
     new: dict[str, np.ndarray] = {}
     pending: list[onnx.NodeProto] = []
     ready = set(avail)

@@ -232,10 +232,15 @@ def get_predictor(device: str | None) -> Predictor:
         raise DeviceError(f"unknown device {device!r}; known predictors: "
                           f"{', '.join(sorted(found))} (see `perfseer-rt devices`; "
                           "`perfseer-rt calibrate` makes one for this machine)")
-    pred = found[device]
+    return check_layout(found[device])
+
+
+def check_layout(pred: Predictor, what: str = "predictor") -> Predictor:
+    """``pred`` if it reads the PerfGraph layout this perfseer-rt extracts, else
+    a DeviceError naming both (``what``: how to call it in the message)."""
     version = pred.manifest.get("feature_version")
     if version != layout.FEATURE_VERSION:
-        raise DeviceError(f"predictor {device!r} expects feature layout {version!r}, this "
+        raise DeviceError(f"{what} {pred.device!r} expects feature layout {version!r}, this "
                           f"perfseer-rt extracts {layout.FEATURE_VERSION!r}; upgrade one of them")
     return pred
 

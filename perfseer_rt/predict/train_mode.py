@@ -22,7 +22,6 @@ from functools import lru_cache
 from typing import Any
 
 from perfseer_rt.errors import DeviceError
-from perfseer_rt.graph import layout
 from perfseer_rt.predict import local_cpu, registry
 from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import MODES, ManifestError, TrainStep
@@ -84,12 +83,7 @@ def get_train_predictor(device: str | None) -> Predictor:
         have = ", ".join(sorted(found)) or "none installed"
         raise DeviceError(f"device {device!r} has no training-step predictor (--mode train); "
                           f"devices with one: {have}")
-    pred = found[device]
-    version = pred.manifest.get("feature_version")
-    if version != layout.FEATURE_VERSION:
-        raise DeviceError(f"training-step predictor of {device!r} expects feature layout "
-                          f"{version!r}, this perfseer-rt extracts {layout.FEATURE_VERSION!r}")
-    return pred
+    return registry.check_layout(found[device], "training-step predictor of")
 
 
 def _step(pred: Predictor) -> TrainStep:

@@ -33,7 +33,7 @@ import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import layout
-from perfseer_rt.predict.manifest import Uncertainty
+from perfseer_rt.predict.manifest import MetricInterval, Uncertainty
 
 #: Weight of the operator-mix features against the standardised globals: a
 #: graph made only of operators the training set never used sits ~3 apart.
@@ -143,8 +143,11 @@ def scores(unc: Uncertainty, folder: Path, graphs: Sequence[Any]) -> np.ndarray:
 def interval(unc: Uncertainty, metric: str, score: float) -> Interval | None:
     """The calibrated interval of ``metric`` for a graph of this ``score``."""
     iv = unc.intervals.get(metric)
-    if iv is None:
-        return None
+    return None if iv is None else bin_interval(iv, score)
+
+
+def bin_interval(iv: MetricInterval, score: float) -> Interval | None:
+    """The interval of the first bin of ``iv`` that takes this ``score``."""
     for b in iv.bins:
         if b.max_score is None or score <= b.max_score:
             return Interval(b.lo, b.hi, iv.coverage)

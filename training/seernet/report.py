@@ -36,6 +36,7 @@ import numpy as np
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import uncertainty as ru
+from training.dataset.card import drift
 from training.seernet import data, models
 from training.seernet import uncertainty as unc
 from training.seernet.evaluate import metric_unit, score
@@ -400,7 +401,7 @@ def _markdown(report: dict, metrics: list[str]) -> str:
         lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
         lines += _per_batch_markdown(res, metrics, [n for n, _ in ranked])
     lines += _shipped_markdown(report, metrics)
-    lines += _noise_markdown(report.get("noise_floor") or {})
+    lines += _noise_markdown(report.get("noise_floor") or [])
     lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
               "SeerNet-Multi trains with PCGrad (`pcgrad: true` for it alone; the settings above are the "
               "shared ones).", "",
@@ -410,34 +411,23 @@ def _markdown(report: dict, metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
-def noise_floor(records: Sequence[dict], metrics: Sequence[str]) -> dict:
-    """Spread of the reference configurations re-measured during the campaign
-    (same config, measured again later): per reference and metric, the count,
-    median, coefficient of variation (std / mean, %) and max/min ratio. No
-    accuracy figure can be read finer than this."""
-    out: dict = {}
-    for r in records:
-        if r.get("status") == "ok" and r.get("reference"):
-            for m in metrics:
-                v = (r.get("metrics") or {}).get(m)
-                if v:
-                    out.setdefault(str(r.get("spec") or r.get("graph_key")), {}).setdefault(m, []).append(float(v))
-    return {spec: {m: {"count": len(v), "median": float(np.median(v)),
-                       "cv_pct": float(100 * np.std(v) / np.mean(v)),
-                       "max_over_min": float(max(v) / min(v))}
-                   for m, v in per.items() if len(v) >= 3}
-            for spec, per in out.items()}
+def noise_floor(records: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
+    """The reference configurations re-measured during the campaign (the
+    dataset card's :func:`training.dataset.card.drift`, by the first time
+    metric): no accuracy figure can be read finer than their spread."""
+    time_field = next((m for m in metrics if m.endswith("_ms")), None)
+    return drift(list(records), time_field) if time_field else []
 
 
-def _noise_markdown(noise: dict) -> list[str]:
+def _noise_markdown(noise: list[dict]) -> list[str]:
     if not noise:
         return []
     lines = ["## Noise floor: reference configurations re-measured during the campaign", "",
-             "| reference | metric | measurements | median | CV % | max / min |", "|---|---|---|---|---|---|"]
-    for spec, per in noise.items():
-        for m, v in per.items():
-            lines.append(f"| `{spec[:60]}` | {m} | {v['count']} | {v['median']:.4g} | {v['cv_pct']:.1f} | "
-                         f"{v['max_over_min']:.2f} |")
+             "| reference | measurements | median time | max deviation from median % | CV % per metric |",
+             "|---|---|---|---|---|"]
+    for d in noise:
+        cvs = ", ".join(f"{m} {v:.1f}" for m, v in d["cv_pct"].items())
+        lines.append(f"| `{d['spec'][:60]}` | {d['count']} | {d['median']:.4g} | {d['max_dev_pct']:.1f} | {cvs} |")
     return lines + [""]
 
 

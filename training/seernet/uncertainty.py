@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from perfseer_rt.predict import uncertainty as ru
+from perfseer_rt.predict.manifest import MetricInterval, parse_section
 from training.seernet.evaluate import ape
 
 #: Errors (in %) that define a config the warning should catch / leave alone.
@@ -137,17 +138,6 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
                                       "fire rate on <=10 % errors"}}
 
 
-def interval_for(section: dict, metric: str, score: float) -> tuple[float, float] | None:
-    """``(lo, hi)`` log-ratio quantiles for a graph of this ``score``."""
-    iv = section["intervals"].get(metric)
-    if not iv:
-        return None
-    for b in iv["bins"]:
-        if b["max_score"] is None or score <= b["max_score"]:
-            return b["lo"], b["hi"]
-    return None
-
-
 def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
     """Coverage of the intervals (overall and per batch size) and the
     warning's fire rates on one prediction set, all in %."""
@@ -156,13 +146,15 @@ def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
     for j, m in enumerate(metrics):
         if m not in section["intervals"]:
             continue
+        iv = parse_section(MetricInterval, section["intervals"][m], f"intervals.{m}")
         hit, batch = [], []
         for g in range(len(s.scores)):
             t, p = s.true[g, j], s.pred[g, j]
-            q = interval_for(section, m, s.scores[g])
+            q = ru.bin_interval(iv, s.scores[g])
             if q is None or not (np.isfinite(t) and np.isfinite(p) and t > 0 and p > 0):
                 continue
-            hit.append(p * np.exp(q[0]) <= t <= p * np.exp(q[1]))
+            lo, hi = q.around(p)
+            hit.append(lo <= t <= hi)
             batch.append(int(s.batches[g]))
         hit_a, batch_a = np.array(hit, bool), np.array(batch)
         out["coverage"][m] = {
