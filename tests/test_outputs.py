@@ -26,7 +26,8 @@ def run(*args):
 def test_result_names_predictor_device_and_units():
     [r] = perfseer_rt.predict.predict(EXAMPLE, batch=2, device=DEVICE)
     p = r["predictor"]
-    assert p["device"] == DEVICE and p["model"] == "seernet" and p["kind"].startswith("SeerNet")
+    default = registry.predictors()[DEVICE].manifest["seernet"]["default_model"]
+    assert p["device"] == DEVICE and p["model"] == default and p["kind"].startswith("SeerNet")
     assert "sha256:" in p["version"]
     assert "1 intra-op thread" in p["description"] and "CPU execution provider" in p["description"]
     configs = registry.predictors()[DEVICE].manifest["training_data"]["configurations"]

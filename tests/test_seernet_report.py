@@ -35,7 +35,7 @@ def test_report_end_to_end(tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     for split in ("arch", "family"):
         res = report["splits"][split]
-        assert list(res["models"]) == models
+        assert list(res["models"]) == [*models, "seernet_gbm"]  # SeerNet blended with the GBM
         for r in res["models"].values():
             for m in ("latency_ms", "peak_mem_mb"):
                 s = r["metrics"][m]
@@ -52,7 +52,8 @@ def test_report_end_to_end(tmp_path, capsys):
 
     # exported predictors answer in metric units and agree with the report's SeerNet
     manifest = json.loads((exp / "manifest.json").read_text())
-    assert [m["file"] for m in manifest["seernet"]["models"]] == ["seernet.onnx", "seernet_multi.onnx"]
+    assert [m["file"] for m in manifest["seernet"]["models"]] == ["seernet.onnx", "seernet_multi.onnx",
+                                                                 "seernet_gbm.onnx"]
     assert manifest["accuracy"]["arch"]["seernet"]["latency_ms"]["mape"] == \
         report["splits"]["arch"]["models"]["seernet"]["metrics"]["latency_ms"]["mape"]
     samples = data.load_samples(ds)
@@ -70,6 +71,13 @@ def test_report_end_to_end(tmp_path, capsys):
     ckpts = [out / "checkpoints" / "arch" / f"seernet__{m}.pt" for m in ("latency_ms", "peak_mem_mb")]
     again = export_checkpoints(ckpts, tmp_path / "again.onnx")
     np.testing.assert_allclose(run_onnx(again, **a), y, rtol=1e-5)
+
+    # the blend ships as one file that reproduces the report's blended scores
+    blend = report["splits"]["arch"]["models"]["seernet_gbm"]
+    yb = run_onnx(exp / "seernet_gbm.onnx", **a)
+    for j, m in enumerate(("latency_ms", "peak_mem_mb")):
+        mape = float(np.mean(np.abs(yb[:, j] - true[:, j]) / true[:, j]) * 100)
+        assert abs(mape - blend["metrics"][m]["mape"]) < 1e-2
 
 
 @pytest.mark.slow  # trains the report's models end to end (~17 s on the loaded 2-core machine)

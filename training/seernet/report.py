@@ -37,7 +37,7 @@ import numpy as np
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import uncertainty as ru
 from training.dataset.card import drift
-from training.seernet import data, models
+from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.normalization import Normalization
@@ -52,8 +52,11 @@ from training.seernet.train import (
     train_model,
 )
 
+#: SeerNet blended with the GBM (:mod:`training.seernet.ensemble`): not a
+#: trained model of its own, built in every split that trains both.
+BLEND = "seernet_gbm"
 #: The models that ship (exported to ONNX) and so get calibrated intervals.
-SHIPPABLE = ("seernet", "seernet_multi")
+SHIPPABLE = ("seernet", "seernet_multi", BLEND)
 #: The split whose models ship, in order of preference.
 SHIP_SCHEMES = ("real", "arch")
 #: File of the training graphs' distance features beside the exported model.
@@ -108,8 +111,8 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
         runs[scheme] = {"norm": norm, "trained": trained, "parts": parts, "result": result}
     # The shipped model: trained on the real-model split (it never saw the
     # held-out published groups, so its report there is honest), else arch.
-    ship_scheme = next((s for s in SHIP_SCHEMES if s in runs and runs[s]["trained"].get("seernet")
-                        or s in runs and runs[s]["trained"].get("seernet_multi")), None)
+    ship_scheme = next((s for s in SHIP_SCHEMES if s in runs and any(runs[s]["trained"].get(n) for n in SHIPPABLE)),
+                       None)
     shipped = runs.get(ship_scheme, {}) if ship_scheme else {}
     if shipped:
         shipped["scheme"] = ship_scheme
@@ -193,9 +196,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     train_metrics = [m for m in metrics if any(m in s.targets for s in parts["train"])]
     norm = Normalization.fit(parts["train"], train_metrics)
     ps = {k: prepare(v, norm, train_metrics) for k, v in parts.items()}
-    test_true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in parts["test"]])
-    test_true = test_true.reshape(len(parts["test"]), len(metrics))
-    np.array([s.batch for s in parts["test"]], dtype=np.int64)
+    test_true = _truth(parts["test"], metrics)
     result_val: dict[str, np.ndarray] = {}
     result: dict = {
         "sizes": {k: len(v) for k, v in parts.items()},
@@ -209,7 +210,8 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     for name in model_names:
         t0 = time.perf_counter()
         if name in models.NON_TORCH:
-            pred_z, info, modules = _fit_gbm(ps, cfg), {}, {}
+            gbm, pred_z, val_z = _fit_gbm(parts, ps, cfg)
+            info, modules = {}, {"gbm": gbm}
         else:
             groups = [train_metrics] if (name in models.MULTI_METRIC or (joint and name != "seernet")) \
                 else [[m] for m in train_metrics]
@@ -237,29 +239,45 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                                         history=res.history, run=info[tag])
                 cols = [train_metrics.index(m) for m in group]
                 pred_z[:, cols] = predict_z(model, ps["test"], cfg.eval_batch_size)
-                if name in SHIPPABLE and len(ps["val"]):
+                if len(ps["val"]):
                     val_z[:, cols] = predict_z(model, ps["val"], cfg.eval_batch_size)
                 modules[tag] = model
         pred = _decode(norm, pred_z, train_metrics, metrics)
-        if name in SHIPPABLE:
-            result_val[name] = _decode(norm, val_z, train_metrics, metrics)
-        scores = {m: score(pred[:, i], test_true[:, i]) for i, m in enumerate(metrics)}
-        mapes = [s["mape"] for s in scores.values() if s["mape"] is not None]
-        result["models"][name] = {
-            "display": models.DISPLAY[name],
-            "parameters": (sum(v["parameters"] for v in info.values()) if info else None),
-            "train_seconds": time.perf_counter() - t0,
-            "metrics": scores, "mean_mape": float(np.mean(mapes)) if mapes else None,
-            "per_batch": per_batch_scores(pred, test_true, [s.batch for s in parts["test"]], metrics),
-            "runs": info, "predictions": pred,
-        }
+        result_val[name] = _decode(norm, val_z, train_metrics, metrics)
+        result["models"][name] = _scored(models.DISPLAY[name], pred, test_true, parts["test"], metrics,
+                                         parameters=sum(v["parameters"] for v in info.values()) if info else None,
+                                         train_seconds=time.perf_counter() - t0, runs=info)
         trained[name] = modules
-        if cfg.progress:
-            shown = ", ".join(f"{m} {s['mape']:.2f}%" for m, s in scores.items() if s["mape"] is not None)
-            print(f"[{scheme}] {models.DISPLAY[name]}: MAPE {shown} "
-                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    result["val_predictions"] = result_val
+        _progress(cfg, scheme, result["models"][name])
+    if "seernet" in trained and "gbm" in trained and len(parts["val"]):
+        val_true = _truth(parts["val"], metrics)
+        weights = ensemble.choose_weights(result_val["seernet"], result_val["gbm"], val_true)
+        blended = ensemble.blend(result["models"]["seernet"]["predictions"], result["models"]["gbm"]["predictions"],
+                                 weights)
+        result_val[BLEND] = ensemble.blend(result_val["seernet"], result_val["gbm"], weights)
+        display = "SeerNet + GBM (" + ", ".join(f"{m} {w:g}" for m, w in zip(metrics, weights)) + ")"
+        result["models"][BLEND] = _scored(display, blended, test_true, parts["test"], metrics,
+                                          parameters=result["models"]["seernet"]["parameters"],
+                                          train_seconds=0.0, runs={}, weights=dict(zip(metrics, weights)))
+        trained[BLEND] = {"weights": weights}
+        _progress(cfg, scheme, result["models"][BLEND])
+    result["val_predictions"] = {k: v for k, v in result_val.items() if k in SHIPPABLE}
     return result, trained, norm
+
+
+def _scored(display: str, pred: np.ndarray, true: np.ndarray, test: Sequence, metrics: list[str],
+            **extra) -> dict:
+    """One model's entry in a split's results: test scores, per batch size, predictions."""
+    scores = {m: score(pred[:, i], true[:, i]) for i, m in enumerate(metrics)}
+    mapes = [s["mape"] for s in scores.values() if s["mape"] is not None]
+    return {"display": display, **extra, "metrics": scores, "mean_mape": float(np.mean(mapes)) if mapes else None,
+            "per_batch": per_batch_scores(pred, true, [s.batch for s in test], metrics), "predictions": pred}
+
+
+def _progress(cfg: TrainConfig, scheme: str, r: dict) -> None:
+    if cfg.progress:
+        shown = ", ".join(f"{m} {s['mape']:.2f}%" for m, s in r["metrics"].items() if s["mape"] is not None)
+        print(f"[{scheme}] {r['display']}: MAPE {shown} ({r['train_seconds']:.0f} s)", file=sys.stderr)
 
 
 def _decode(norm: Normalization, pred_z: np.ndarray, train_metrics: list[str],
@@ -316,17 +334,25 @@ def _resumable(path: Path | None, scheme: str, name: str, group: list[str], norm
     return model, raw["run"]
 
 
-def _fit_gbm(ps: dict, cfg: TrainConfig) -> np.ndarray:
+def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
+    """The GBM fitted on the raw float32 global features (trees need no
+    normalization, and so it exports exactly: :mod:`.ensemble`) against the
+    standardized log targets; returns ``(gbm, test pred, val pred)``, both
+    standardized."""
     from training.seernet.baselines.gbm import GlobalGBM
 
-    def u(p: PreparedSet) -> np.ndarray:
-        return np.stack([s.u for s in p.samples]) if len(p) else np.zeros((0, 0))
+    width = ps["train"].targets.shape[1]
+
+    def u(part: str) -> np.ndarray:
+        return np.stack([np.asarray(s.u, np.float32) for s in parts[part]]) if parts[part] else np.zeros((0, 0))
+
+    def pred(part: str) -> np.ndarray:
+        return gbm.predict(u(part)) if parts[part] else np.zeros((0, width))
 
     gbm = GlobalGBM(seed=cfg.seed)
     val = ps["val"]
-    gbm.fit(u(ps["train"]), ps["train"].targets, u(val) if len(val) else None,
-            val.targets if len(val) else None)
-    return gbm.predict(u(ps["test"])) if len(ps["test"]) else np.zeros((0, ps["train"].targets.shape[1]))
+    gbm.fit(u("train"), ps["train"].targets, u("val") if len(val) else None, val.targets if len(val) else None)
+    return gbm, pred("test"), pred("val")
 
 
 def _params(model) -> int:
@@ -556,9 +582,11 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
         path = export_seernet(multi, norm, export_dir / "seernet_multi.onnx", train_metrics)
         entries.append(model_entry(path, "seernet_multi", train_metrics, _params(multi),
                                    kind="SeerNet-Multi (PCGrad)"))
+    if trained.get(BLEND) and trained.get("gbm") and trained.get("seernet"):
+        entries.append(_export_blend(export_dir, shipped, metrics, entries[0]))
     accuracy = {scheme: {n: {m: {k: r["metrics"][m][k] for k in ("mape", "within_10", "count")}
                              for m in train_metrics} | {"mean_mape": r["mean_mape"]}
-                         for n, r in res["models"].items() if n in ("seernet", "seernet_multi")}
+                         for n, r in res["models"].items() if n in SHIPPABLE}
                 for scheme, res in report["splits"].items() if "models" in res}
     records = [r for r in data.read_records(dataset)
                if r.get("status") == "ok" and (device is None or r.get("device") == device)]
@@ -594,6 +622,36 @@ def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, d
                    report={"command": report["command"], "trained_on_split": shipped["scheme"]},
                    uncertainty=uncertainty, memory=memory, mode=mode, step=step)
     return {"dir": str(export_dir), "files": files + ["manifest.json"]}
+
+
+def _export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: dict) -> dict:
+    """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
+    shipped split's test graphs it must give the predictions scored in the
+    report (relative 1e-3)."""
+    from perfseer_rt.predict.manifest import concat_graphs
+    from training.seernet.export import run_onnx
+    from training.seernet.manifest import model_entry
+
+    norm, trained = shipped["norm"], shipped["trained"]
+    train_metrics = list(norm.metrics)
+    by_metric = dict(zip(metrics, trained[BLEND]["weights"]))
+    weights = [by_metric[m] for m in train_metrics]
+    path = ensemble.export_blend(export_dir / seernet["file"], trained["gbm"]["gbm"], norm, train_metrics,
+                                 weights, export_dir / f"{BLEND}.onnx")
+    test = shipped["parts"]["test"] or shipped["parts"]["val"]
+    if test:
+        arrays = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
+                               [s.u for s in test])
+        got = run_onnx(path, *(arrays[k] for k in ("x", "edge_index", "edge_attr", "u", "node_batch")))
+        part = "test" if shipped["parts"]["test"] else "val"
+        want = (shipped["result"]["models"][BLEND]["predictions"] if part == "test"
+                else shipped["result"]["val_predictions"][BLEND])[:, [metrics.index(m) for m in train_metrics]]
+        rel = np.abs(got - want) / np.abs(want)
+        if not np.all(rel <= 1e-3):
+            raise RuntimeError(f"{path}: onnxruntime differs from the scored blend (max rel {np.nanmax(rel):.2e})")
+    kind = "SeerNet (one per metric) blended with a global-features GBM; SeerNet weight " + \
+        ", ".join(f"{m} {w:g}" for m, w in zip(train_metrics, weights))
+    return model_entry(path, BLEND, train_metrics, seernet["parameters"], kind=kind)
 
 
 # ------------------------------------------------------------------------ CLI
