@@ -42,7 +42,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -253,7 +253,7 @@ def dataset_summary(samples: Sequence[GraphSample], metrics: Sequence[str]) -> d
     ci = layout.GLOBAL_COLUMNS.index("flops_total")
     flops = np.array([s.u[ci] for s in samples], dtype=np.float64)
     nodes = np.array([s.num_nodes for s in samples])
-    summary = {
+    summary: dict[str, Any] = {
         "configurations": len(samples),
         "architectures": len({s.arch_id for s in samples}),
         "families": dict(sorted(Counter(s.family for s in samples).items())),

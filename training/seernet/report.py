@@ -36,11 +36,17 @@ import numpy as np
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import uncertainty as ru
+from perfseer_rt.predict.manifest import concat_graphs
 from training.dataset.card import drift
 from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
+from training.seernet.baselines.gbm import GlobalGBM
 from training.seernet.evaluate import metric_unit, score
+from training.seernet.export import export_seernet, run_onnx
+from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.normalization import Normalization
+from training.seernet.plots import plot_predictions
+from training.seernet.seernet import StackedPredictor
 from training.seernet.train import (
     PreparedSet,
     TrainConfig,
@@ -114,7 +120,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
     ship_scheme = next((s for s in SHIP_SCHEMES if s in runs and any(runs[s]["trained"].get(n) for n in SHIPPABLE)),
                        None)
     shipped = runs.get(ship_scheme, {}) if ship_scheme else {}
-    if shipped:
+    if shipped and ship_scheme:
         shipped["scheme"] = ship_scheme
         shipped["default"] = _default_model(report, shipped)
         shipped.update(_calibrate(runs, ship_scheme, shipped["default"], metrics))
@@ -211,7 +217,8 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
         t0 = time.perf_counter()
         if name in models.NON_TORCH:
             gbm, pred_z, val_z = _fit_gbm(parts, ps, cfg)
-            info, modules = {}, {"gbm": gbm}
+            info: dict[str, dict] = {}
+            modules: dict[str, object] = {"gbm": gbm}
         else:
             groups = [train_metrics] if (name in models.MULTI_METRIC or (joint and name != "seernet")) \
                 else [[m] for m in train_metrics]
@@ -295,10 +302,10 @@ def per_batch_scores(pred: np.ndarray, true: np.ndarray, batches: Sequence[int],
     """``batch -> metric -> score`` (:func:`score`) of the test configurations
     of each batch size: whether the predictor learned how a metric grows with
     the batch shows here, not in the pooled MAPE."""
-    batches = np.asarray(batches)
-    return {str(b): {m: score(pred[batches == b, i], true[batches == b, i])
+    by = np.asarray(batches)
+    return {str(b): {m: score(pred[by == b, i], true[by == b, i])
                      for i, m in enumerate(metrics)}
-            for b in sorted(set(batches.tolist()))}
+            for b in sorted(set(by.tolist()))}
 
 
 def _run_config(name: str, cfg: TrainConfig) -> TrainConfig:
@@ -339,8 +346,6 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
     normalization, and so it exports exactly: :mod:`.ensemble`) against the
     standardized log targets; returns ``(gbm, test pred, val pred)``, both
     standardized."""
-    from training.seernet.baselines.gbm import GlobalGBM
-
     width = ps["train"].targets.shape[1]
 
     def u(part: str) -> np.ndarray:
@@ -361,8 +366,6 @@ def _params(model) -> int:
 
 # --------------------------------------------------------------------- output
 def _plots(folder: Path, scheme: str, test: list, metrics: list[str], result: dict, trained: dict) -> None:
-    from training.seernet.plots import plot_predictions
-
     true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in test])
     true = true.reshape(len(test), len(metrics))
     for i, m in enumerate(metrics):
@@ -563,9 +566,6 @@ def _mode_and_step(records: list[dict]) -> tuple[str, dict | None]:
 
 def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, device: str | None,
             dataset, export_device: str | None = None) -> dict:
-    from training.seernet.export import export_seernet
-    from training.seernet.manifest import model_entry, write_manifest
-    from training.seernet.seernet import StackedPredictor
 
     norm, trained = shipped["norm"], shipped["trained"]
     train_metrics = list(norm.metrics)
@@ -628,9 +628,6 @@ def _export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: 
     """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
     shipped split's test graphs it must give the predictions scored in the
     report (relative 1e-3)."""
-    from perfseer_rt.predict.manifest import concat_graphs
-    from training.seernet.export import run_onnx
-    from training.seernet.manifest import model_entry
 
     norm, trained = shipped["norm"], shipped["trained"]
     train_metrics = list(norm.metrics)

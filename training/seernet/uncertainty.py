@@ -20,7 +20,7 @@ neither the shipped model nor the calibration saw.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
         r, sc = np.log(true[good] / pred[good]), scores[good]
         inside = sc <= threshold
         out = ~inside if (~inside).sum() >= MIN_BIN else np.argsort(sc)[-MIN_BIN:]
-        bins = []
+        bins: list[dict[str, Any]] = []
         for sel, max_score in ((inside, threshold), (out, None)):
             lo, hi = ru.conformal_quantiles(r[sel], coverage)
             bins.append({"max_score": max_score, "lo": lo, "hi": hi, "count": int(np.size(r[sel]))})
