@@ -121,17 +121,17 @@ def _train_record(**over):
 
 
 def test_the_export_says_which_training_step_its_labels_timed():
-    from training.seernet.report import _mode_and_step
+    from training.seernet.report_export import mode_and_step
 
-    assert _mode_and_step([{"status": "ok", "metrics": {}}]) == ("inference", None)
-    mode, step = _mode_and_step([_train_record(), _train_record()])
+    assert mode_and_step([{"status": "ok", "metrics": {}}]) == ("inference", None)
+    mode, step = mode_and_step([_train_record(), _train_record()])
     assert mode == "train" and step["engine"] == "torch" and step["threads"] == 1
     assert step["peak_mem_method"] == "vmhwm" and step["dataset_device"] == "cpu-x-1t-torch"
     assert "SGD (momentum 0.9, lr 0.001)" in step["definition"] and "X CPU" in step["definition"]
     with pytest.raises(data.DatasetError, match="inference and training steps do not train one"):
-        _mode_and_step([_train_record(), {"status": "ok", "kind": "inference"}])
+        mode_and_step([_train_record(), {"status": "ok", "kind": "inference"}])
     with pytest.raises(data.DatasetError, match="more than one optimizer"):
-        _mode_and_step([_train_record(), _train_record(quality={"optimizer": "adam"})])
+        mode_and_step([_train_record(), _train_record(quality={"optimizer": "adam"})])
     with pytest.raises(data.DatasetError, match="more than one method"):
-        _mode_and_step([_train_record(),
+        mode_and_step([_train_record(),
                         _train_record(quality={"optimizer": "sgd", "peak_mem_method": "vmhwm+mmap64k"})])

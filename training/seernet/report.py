@@ -23,8 +23,6 @@ there (``seernet.onnx``: the per-metric SeerNets in one file;
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import json
 import shlex
 import sys
@@ -34,19 +32,16 @@ from typing import Sequence
 
 import numpy as np
 
-from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import uncertainty as ru
-from perfseer_rt.predict.manifest import concat_graphs
 from training.dataset.card import drift
 from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
 from training.seernet.baselines.gbm import GlobalGBM
 from training.seernet.evaluate import metric_unit, score
-from training.seernet.export import export_seernet, run_onnx
-from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.normalization import Normalization
 from training.seernet.plots import plot_predictions
-from training.seernet.seernet import StackedPredictor
+from training.seernet.report_export import BLEND, OOD_K, SHIPPABLE, export, mode_and_step, parameters
+from training.seernet.report_markdown import fmt, markdown
 from training.seernet.train import (
     PreparedSet,
     TrainConfig,
@@ -58,17 +53,8 @@ from training.seernet.train import (
     train_model,
 )
 
-#: SeerNet blended with the GBM (:mod:`training.seernet.ensemble`): not a
-#: trained model of its own, built in every split that trains both.
-BLEND = "seernet_gbm"
-#: The models that ship (exported to ONNX) and so get calibrated intervals.
-SHIPPABLE = ("seernet", "seernet_multi", BLEND)
 #: The split whose models ship, in order of preference.
 SHIP_SCHEMES = ("real", "arch")
-#: File of the training graphs' distance features beside the exported model.
-OOD_REFERENCE = "ood_reference.npy"
-#: Neighbours behind the distance score.
-OOD_K = 5
 #: MAPE points (validation) by which the direct peak head must beat the
 #: larger-phase combination to ship instead of it.
 MAX_COMBINE_SLACK_PCT = 2.0
@@ -95,7 +81,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
     metrics = list(metrics) if metrics else data.available_metrics(samples)
     for m in metrics:
         metric_unit(m)  # every metric must carry its unit
-    mode, step = _mode_and_step([r for r in data.read_records(dataset) if r.get("status") == "ok"
+    mode, step = mode_and_step([r for r in data.read_records(dataset) if r.get("status") == "ok"
                                  and (device is None or r.get("device") == device)])
     report: dict = {
         "dataset": str(dataset), "command": command, "device": device, "mode": mode, "step": step,
@@ -128,10 +114,10 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                                                      "held_out") if k in shipped}
     report["summary_table"] = _summary(report, metrics)
     if export_dir is not None and shipped:
-        report["export"] = _export(Path(export_dir), shipped, metrics, report, device, dataset,
+        report["export"] = export(Path(export_dir), shipped, metrics, report, device, dataset,
                                    export_device)
     (out / "report.json").write_text(json.dumps(_strip(report), indent=1) + "\n")
-    (out / "report.md").write_text(_markdown(report, metrics))
+    (out / "report.md").write_text(markdown(report, metrics))
     return report
 
 
@@ -237,7 +223,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                         print(f"[{scheme}] {models.DISPLAY[name]} {tag}: resumed from {ckpt}", file=sys.stderr)
                 else:
                     model, res, config = _fit_torch(name, group, ps, norm, run_cfg, f"{scheme}/{name}/{tag}")
-                    info[tag] = {"parameters": _params(model), "epochs": res.epochs_run,
+                    info[tag] = {"parameters": parameters(model), "epochs": res.epochs_run,
                                  "best_epoch": res.best_epoch, "best_val_loss": res.best_val,
                                  "seconds_per_epoch": res.seconds / max(res.epochs_run, 1),
                                  "pcgrad": run_cfg.pcgrad}
@@ -360,10 +346,6 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
     return gbm, pred("test"), pred("val")
 
 
-def _params(model) -> int:
-    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
-
-
 # --------------------------------------------------------------------- output
 def _plots(folder: Path, scheme: str, test: list, metrics: list[str], result: dict, trained: dict) -> None:
     true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in test])
@@ -384,137 +366,12 @@ def _summary(report: dict, metrics: list[str]) -> list[dict]:
     return rows
 
 
-def _fmt(v, digits=2) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _markdown(report: dict, metrics: list[str]) -> str:
-    d = report["data"]
-    lines = ["# SeerNet and baselines: accuracy report", "",
-             f"Dataset `{report['dataset']}`: {d['configurations']} configurations of "
-             f"{d['architectures']} architectures; families "
-             + ", ".join(f"{k} ({v})" for k, v in d["families"].items()) + ".", ""]
-    if report.get("step"):
-        st = report["step"]
-        lines += [f"Labels: {st['definition']}. Measured with the {st['engine']} training engine "
-                  "(`training/profile_train.py`), not onnxruntime; step time is the median step "
-                  "over the timed window (ms); peak memory is the measuring process's peak RSS over "
-                  f"its RSS before the model was built (MiB), memory method `{st['peak_mem_method']}` "
-                  "(`perfseer_rt/profile/hostmem.py`). Dataset device "
-                  f"`{st['dataset_device']}`.", ""]
-    if report.get("command"):
-        lines += ["Reproduce with:", "", "```", report["command"], "```", ""]
-    lines += ["MAPE and the share of predictions within +-10 % of the measurement, on the test part of "
-              "each split, in the metrics' own units. Lower MAPE is better.", ""]
-    for scheme, res in report["splits"].items():
-        title = {"arch": "Architecture split", "family": "Family-held-out split",
-                 "real": "Real-model held-out split"}.get(scheme, scheme)
-        lines += [f"## {title}", ""]
-        if "skipped" in res:
-            lines += [f"Skipped: {res['skipped']}.", ""]
-            continue
-        sz, ar = res["sizes"], res["architectures"]
-        lines += [f"train {sz['train']} / val {sz['val']} / test {sz['test']} configurations "
-                  f"({ar['train']} / {ar['val']} / {ar['test']} architectures); test families: "
-                  + ", ".join(res["test_families"]) + ".", ""]
-        head = "| model | params | " + " | ".join(f"{m} MAPE % | {m} ±10 % share" for m in metrics) \
-            + " | mean MAPE % |"
-        lines += [head, "|" + "---|" * (3 + 2 * len(metrics))]
-        ranked = sorted(res["models"].items(),
-                        key=lambda kv: (kv[1]["mean_mape"] is None, kv[1]["mean_mape"]))
-        for _name, r in ranked:
-            cells = " | ".join(f"{_fmt(r['metrics'][m]['mape'])} | {_fmt(r['metrics'][m]['within_10'], 1)}"
-                               for m in metrics)
-            params = "trees" if r["parameters"] is None else f"{r['parameters']:,}"
-            lines.append(f"| {r['display']} | {params} | {cells} | {_fmt(r['mean_mape'])} |")
-        lines += ["", *(f"![{scheme} {m}](plots/{scheme}_{m}.png)" for m in metrics), ""]
-        lines += _per_batch_markdown(res, metrics, [n for n, _ in ranked])
-    lines += _shipped_markdown(report, metrics)
-    lines += _noise_markdown(report.get("noise_floor") or [])
-    lines += ["## Settings", "", "```json", json.dumps(report["train_config"], indent=1), "```", "",
-              "SeerNet-Multi trains with PCGrad (`pcgrad: true` for it alone; the settings above are the "
-              "shared ones).", "",
-              "Parameters are summed over the per-metric models of single-metric predictors. "
-              "nn-Meter-style: per-node costs summed per graph, no kernel-fusion detection. "
-              "Global GBM: gradient-boosted trees on the global features.", ""]
-    return "\n".join(lines)
-
-
 def noise_floor(records: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
     """The reference configurations re-measured during the campaign (the
     dataset card's :func:`training.dataset.card.drift`, by the first time
     metric): no accuracy figure can be read finer than their spread."""
     time_field = next((m for m in metrics if m.endswith("_ms")), None)
     return drift(list(records), time_field) if time_field else []
-
-
-def _noise_markdown(noise: list[dict]) -> list[str]:
-    if not noise:
-        return []
-    lines = ["## Noise floor: reference configurations re-measured during the campaign", "",
-             "| reference | measurements | median time | max deviation from median % | CV % per metric |",
-             "|---|---|---|---|---|"]
-    for d in noise:
-        cvs = ", ".join(f"{m} {v:.1f}" for m, v in d["cv_pct"].items())
-        lines.append(f"| `{d['spec'][:60]}` | {d['count']} | {d['median']:.4g} | {d['max_dev_pct']:.1f} | {cvs} |")
-    return lines + [""]
-
-
-def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
-    """The shipped model on the held-out test set of its split: accuracy per
-    batch size, interval coverage and the warning's fire rates."""
-    sh = report.get("shipped")
-    if not sh or "held_out" not in sh:
-        return []
-    ho = sh["held_out"]
-    test = report["splits"][sh["scheme"]]
-    lines = ["## Shipped predictor on held-out data", "",
-             f"Model `{sh['default']}` trained on the `{sh['scheme']}` split; its test set "
-             f"({ho['configs']} configurations; never trained on: "
-             + ", ".join(test.get("test_groups") or test.get("test_families", [])) + ") is scored below as shipped "
-             f"(peak memory combined as `{sh.get('memory_combine')}`).", ""]
-    batches = sorted({b for m in metrics for b in ho["accuracy"][m]["by_batch"]})
-    lines += ["MAPE % (count) per batch size:", "",
-              "| metric | all | " + " | ".join(f"b{b}" for b in batches) + " |",
-              "|" + "---|" * (2 + len(batches))]
-    for m in metrics:
-        acc = ho["accuracy"][m]
-        def cell(a):
-            return ("n/a" if not a or a.get("mape") is None else f"{a['mape']:.1f} ({a['count']})")
-        lines.append(f"| {m} | {cell(acc['all'])} | "
-                     + " | ".join(cell(acc["by_batch"].get(b)) for b in batches) + " |")
-    lines += ["", "Interval coverage (stated vs held, %):", "",
-              "| metric | stated | held | count | per batch |", "|---|---|---|---|---|"]
-    for m, c in ho["coverage"].items():
-        per = ", ".join(f"b{b} {v:.0f}" for b, v in c["by_batch"].items())
-        lines.append(f"| {m} | {c['stated']:.0f} | {_fmt(c['held'], 1)} | {c['count']} | {per} |")
-    w = ho["warning"]
-    unc_cal = sh["uncertainty"]["calibration"]
-    lines += ["", f"Out-of-distribution warning (distance score > {sh['uncertainty']['threshold']:.3f}, "
-              "chosen on the calibration sets " + ", ".join(f"{k} ({v})" for k, v in unc_cal["sets"].items())
-              + f"): on this held-out test it fires on {_fmt(w['fires_on_error_gt_25_pct'], 0)} % of the "
-              f"{w['configs_gt_25']} configurations with > 25 % error (worst metric) and on "
-              f"{_fmt(w['fires_on_error_le_10_pct'], 0)} % of the {w['configs_le_10']} within 10 %.", ""]
-    return lines
-
-
-def _per_batch_markdown(res: dict, metrics: list[str], order: list[str]) -> list[str]:
-    """Per batch size: MAPE % of every model (test configurations of that batch)."""
-    names = [n for n in order if res["models"][n].get("per_batch")]
-    if not names:
-        return []
-    batches = sorted({b for n in names for b in res["models"][n]["per_batch"]}, key=int)
-    lines = []
-    for m in metrics:
-        lines += [f"{m} MAPE % per batch size (test configurations of that batch):", "",
-                  "| batch | configs | " + " | ".join(res["models"][n]["display"] for n in names) + " |",
-                  "|" + "---|" * (2 + len(names))]
-        for b in batches:
-            cells = [res["models"][n]["per_batch"].get(b, {}).get(m, {}) for n in names]
-            count = next((c.get("count") for c in cells if c.get("count")), 0)
-            lines.append(f"| {b} | {count} | " + " | ".join(_fmt(c.get("mape")) for c in cells) + " |")
-        lines.append("")
-    return lines
 
 
 def _strip(obj):
@@ -527,128 +384,6 @@ def _strip(obj):
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
     return obj
-
-
-# --------------------------------------------------------------------- export
-def _mode_and_step(records: list[dict]) -> tuple[str, dict | None]:
-    """``("train", step)`` for training-step records (``kind`` ``"train"``: one
-    torch optimizer step, :mod:`training.profile_train`), else
-    ``("inference", None)``; the step says what every label timed."""
-    kinds = {r.get("kind", "inference") for r in records}
-    if kinds != {"train"}:
-        if "train" in kinds:
-            raise data.DatasetError(f"records of kinds {sorted(kinds)}: inference and training "
-                                    "steps do not train one predictor")
-        return "inference", None
-
-    def one(values, what):
-        found = set(values) - {None}
-        if len(found) > 1:
-            raise data.DatasetError(f"training-step records with more than one {what}: {sorted(found)}")
-        return next(iter(found), None)
-
-    optimizer = one(((r.get("quality") or {}).get("optimizer") for r in records), "optimizer")
-    threads = one(((r.get("provider") or {}).get("threads") for r in records), "thread count")
-    method = data.check_one_memory_method("records", records)
-    dev = one((r.get("device") for r in records), "device")
-    cpu = one(((r.get("env") or {}).get("cpu_model") for r in records), "CPU")
-    update = {"sgd": "SGD (momentum 0.9, lr 0.001)", "adam": "Adam (lr 0.001)"}.get(optimizer,
-                                                                                  str(optimizer))
-    return "train", {
-        "engine": "torch", "optimizer": str(optimizer), "precision": "fp32", "threads": threads,
-        "peak_mem_method": method, "dataset_device": str(dev),
-        "definition": ("one torch training step on the CPU: zero_grad, forward, cross-entropy "
-                       f"loss against fixed labels, backward, {update} update; fp32"
-                       + (f", {threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "")
-                       + (f", {cpu}" if cpu else "")),
-    }
-
-
-def _export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, device: str | None,
-            dataset, export_device: str | None = None) -> dict:
-
-    norm, trained = shipped["norm"], shipped["trained"]
-    train_metrics = list(norm.metrics)
-    entries = []
-    if trained.get("seernet"):
-        per_metric = trained["seernet"]
-        stacked = StackedPredictor([per_metric[m] for m in train_metrics]) if len(per_metric) > 1 \
-            else next(iter(per_metric.values()))
-        path = export_seernet(stacked, norm, export_dir / "seernet.onnx", train_metrics)
-        entries.append(model_entry(path, "seernet", train_metrics, _params(stacked),
-                                   kind="SeerNet, one per metric"))
-    if trained.get("seernet_multi"):
-        multi = next(iter(trained["seernet_multi"].values()))
-        path = export_seernet(multi, norm, export_dir / "seernet_multi.onnx", train_metrics)
-        entries.append(model_entry(path, "seernet_multi", train_metrics, _params(multi),
-                                   kind="SeerNet-Multi (PCGrad)"))
-    if trained.get(BLEND) and trained.get("gbm") and trained.get("seernet"):
-        entries.append(_export_blend(export_dir, shipped, metrics, entries[0]))
-    accuracy = {scheme: {n: {m: {k: r["metrics"][m][k] for k in ("mape", "within_10", "count")}
-                             for m in train_metrics} | {"mean_mape": r["mean_mape"]}
-                         for n, r in res["models"].items() if n in SHIPPABLE}
-                for scheme, res in report["splits"].items() if "models" in res}
-    records = [r for r in data.read_records(dataset)
-               if r.get("status") == "ok" and (device is None or r.get("device") == device)]
-    env = next((r.get("env") for r in records), None)
-    mode, step = report["mode"], report["step"]
-    name = export_device or device or export_dir.name
-    files = [e["file"] for e in entries]
-    uncertainty = None
-    if "uncertainty" in shipped:
-        ref = export_dir / OOD_REFERENCE
-        buf = io.BytesIO()
-        np.save(buf, shipped["reference"])
-        atomic_write_bytes(ref, buf.getvalue())
-        files.append(ref.name)
-        uncertainty = {"k": OOD_K, "features": list(ru.FEATURE_NAMES),
-                       "mean": shipped["ood_mean"].tolist(), "std": shipped["ood_std"].tolist(),
-                       "reference_file": ref.name,
-                       "reference_sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
-                       **shipped["uncertainty"]}
-    memory = None
-    if all(m in train_metrics for m in ("peak_mem_mb", "load_peak_mb", "run_peak_mb")):
-        base = [r["quality"]["peak_mem_process_mb"] - r["metrics"]["peak_mem_mb"] for r in records
-                if (r.get("quality") or {}).get("peak_mem_process_mb") and (r.get("metrics") or {}).get("peak_mem_mb")]
-        memory = {"peak": "peak_mem_mb", "load": "load_peak_mb", "run": "run_peak_mb",
-                  "combine": shipped.get("memory_combine", "direct"),
-                  "baseline_mb": float(np.median(base)) if base else None,
-                  "baseline": f"median over {len(base)} measured configurations of the measuring "
-                              "process's peak RSS minus its peak over the baseline: the process "
-                              "after importing onnxruntime, before the model is loaded"}
-    write_manifest(export_dir / "manifest.json", device=name, description=env or name,
-                   metrics=train_metrics, normalization=norm, models=entries,
-                   training_data=report["data"], accuracy=accuracy, default_model=shipped["default"],
-                   report={"command": report["command"], "trained_on_split": shipped["scheme"]},
-                   uncertainty=uncertainty, memory=memory, mode=mode, step=step)
-    return {"dir": str(export_dir), "files": files + ["manifest.json"]}
-
-
-def _export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: dict) -> dict:
-    """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
-    shipped split's test graphs it must give the predictions scored in the
-    report (relative 1e-3)."""
-
-    norm, trained = shipped["norm"], shipped["trained"]
-    train_metrics = list(norm.metrics)
-    by_metric = dict(zip(metrics, trained[BLEND]["weights"]))
-    weights = [by_metric[m] for m in train_metrics]
-    path = ensemble.export_blend(export_dir / seernet["file"], trained["gbm"]["gbm"], norm, train_metrics,
-                                 weights, export_dir / f"{BLEND}.onnx")
-    test = shipped["parts"]["test"] or shipped["parts"]["val"]
-    if test:
-        arrays = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
-                               [s.u for s in test])
-        got = run_onnx(path, *(arrays[k] for k in ("x", "edge_index", "edge_attr", "u", "node_batch")))
-        part = "test" if shipped["parts"]["test"] else "val"
-        want = (shipped["result"]["models"][BLEND]["predictions"] if part == "test"
-                else shipped["result"]["val_predictions"][BLEND])[:, [metrics.index(m) for m in train_metrics]]
-        rel = np.abs(got - want) / np.abs(want)
-        if not np.all(rel <= 1e-3):
-            raise RuntimeError(f"{path}: onnxruntime differs from the scored blend (max rel {np.nanmax(rel):.2e})")
-    kind = "SeerNet (one per metric) blended with a global-features GBM; SeerNet weight " + \
-        ", ".join(f"{m} {w:g}" for m, w in zip(train_metrics, weights))
-    return model_entry(path, BLEND, train_metrics, seernet["parameters"], kind=kind)
 
 
 # ------------------------------------------------------------------------ CLI
@@ -698,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.quiet:
         print(f"wrote {Path(a.out) / 'report.md'}", file=sys.stderr)
     for row in report["summary_table"]:
-        print(f"{row['split']:7s} {row['model']:16s} mean MAPE {_fmt(row['mean_mape'])} %")
+        print(f"{row['split']:7s} {row['model']:16s} mean MAPE {fmt(row['mean_mape'])} %")
     return 0
 
 

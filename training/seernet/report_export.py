@@ -1,0 +1,156 @@
+"""The report's shipped predictor on disk: the ONNX files (SeerNet, SeerNet-Multi,
+SeerNet blended with the GBM), the out-of-distribution reference and
+``manifest.json`` (:mod:`training.seernet.manifest`), and what a
+training-step dataset's labels timed."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.predict import uncertainty as ru
+from perfseer_rt.predict.manifest import concat_graphs
+from training.seernet import data, ensemble
+from training.seernet.export import export_seernet, run_onnx
+from training.seernet.manifest import model_entry, write_manifest
+from training.seernet.seernet import StackedPredictor
+
+#: SeerNet blended with the GBM (:mod:`training.seernet.ensemble`): not a
+#: trained model of its own, built in every split that trains both.
+BLEND = "seernet_gbm"
+#: The models that ship (exported to ONNX) and so get calibrated intervals.
+SHIPPABLE = ("seernet", "seernet_multi", BLEND)
+#: File of the training graphs' distance features beside the exported model.
+OOD_REFERENCE = "ood_reference.npy"
+#: Neighbours behind the distance score.
+OOD_K = 5
+
+
+def mode_and_step(records: list[dict]) -> tuple[str, dict | None]:
+    """``("train", step)`` for training-step records (``kind`` ``"train"``: one
+    torch optimizer step, :mod:`training.profile_train`), else
+    ``("inference", None)``; the step says what every label timed."""
+    kinds = {r.get("kind", "inference") for r in records}
+    if kinds != {"train"}:
+        if "train" in kinds:
+            raise data.DatasetError(f"records of kinds {sorted(kinds)}: inference and training "
+                                    "steps do not train one predictor")
+        return "inference", None
+
+    def one(values, what):
+        found = set(values) - {None}
+        if len(found) > 1:
+            raise data.DatasetError(f"training-step records with more than one {what}: {sorted(found)}")
+        return next(iter(found), None)
+
+    optimizer = one(((r.get("quality") or {}).get("optimizer") for r in records), "optimizer")
+    threads = one(((r.get("provider") or {}).get("threads") for r in records), "thread count")
+    method = data.check_one_memory_method("records", records)
+    dev = one((r.get("device") for r in records), "device")
+    cpu = one(((r.get("env") or {}).get("cpu_model") for r in records), "CPU")
+    update = {"sgd": "SGD (momentum 0.9, lr 0.001)", "adam": "Adam (lr 0.001)"}.get(optimizer,
+                                                                                  str(optimizer))
+    return "train", {
+        "engine": "torch", "optimizer": str(optimizer), "precision": "fp32", "threads": threads,
+        "peak_mem_method": method, "dataset_device": str(dev),
+        "definition": ("one torch training step on the CPU: zero_grad, forward, cross-entropy "
+                       f"loss against fixed labels, backward, {update} update; fp32"
+                       + (f", {threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "")
+                       + (f", {cpu}" if cpu else "")),
+    }
+
+
+def export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, device: str | None,
+            dataset, export_device: str | None = None) -> dict:
+
+    norm, trained = shipped["norm"], shipped["trained"]
+    train_metrics = list(norm.metrics)
+    entries = []
+    if trained.get("seernet"):
+        per_metric = trained["seernet"]
+        stacked = StackedPredictor([per_metric[m] for m in train_metrics]) if len(per_metric) > 1 \
+            else next(iter(per_metric.values()))
+        path = export_seernet(stacked, norm, export_dir / "seernet.onnx", train_metrics)
+        entries.append(model_entry(path, "seernet", train_metrics, parameters(stacked),
+                                   kind="SeerNet, one per metric"))
+    if trained.get("seernet_multi"):
+        multi = next(iter(trained["seernet_multi"].values()))
+        path = export_seernet(multi, norm, export_dir / "seernet_multi.onnx", train_metrics)
+        entries.append(model_entry(path, "seernet_multi", train_metrics, parameters(multi),
+                                   kind="SeerNet-Multi (PCGrad)"))
+    if trained.get(BLEND) and trained.get("gbm") and trained.get("seernet"):
+        entries.append(export_blend(export_dir, shipped, metrics, entries[0]))
+    accuracy = {scheme: {n: {m: {k: r["metrics"][m][k] for k in ("mape", "within_10", "count")}
+                             for m in train_metrics} | {"mean_mape": r["mean_mape"]}
+                         for n, r in res["models"].items() if n in SHIPPABLE}
+                for scheme, res in report["splits"].items() if "models" in res}
+    records = [r for r in data.read_records(dataset)
+               if r.get("status") == "ok" and (device is None or r.get("device") == device)]
+    env = next((r.get("env") for r in records), None)
+    mode, step = report["mode"], report["step"]
+    name = export_device or device or export_dir.name
+    files = [e["file"] for e in entries]
+    uncertainty = None
+    if "uncertainty" in shipped:
+        ref = export_dir / OOD_REFERENCE
+        buf = io.BytesIO()
+        np.save(buf, shipped["reference"])
+        atomic_write_bytes(ref, buf.getvalue())
+        files.append(ref.name)
+        uncertainty = {"k": OOD_K, "features": list(ru.FEATURE_NAMES),
+                       "mean": shipped["ood_mean"].tolist(), "std": shipped["ood_std"].tolist(),
+                       "reference_file": ref.name,
+                       "reference_sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+                       **shipped["uncertainty"]}
+    memory = None
+    if all(m in train_metrics for m in ("peak_mem_mb", "load_peak_mb", "run_peak_mb")):
+        base = [r["quality"]["peak_mem_process_mb"] - r["metrics"]["peak_mem_mb"] for r in records
+                if (r.get("quality") or {}).get("peak_mem_process_mb") and (r.get("metrics") or {}).get("peak_mem_mb")]
+        memory = {"peak": "peak_mem_mb", "load": "load_peak_mb", "run": "run_peak_mb",
+                  "combine": shipped.get("memory_combine", "direct"),
+                  "baseline_mb": float(np.median(base)) if base else None,
+                  "baseline": f"median over {len(base)} measured configurations of the measuring "
+                              "process's peak RSS minus its peak over the baseline: the process "
+                              "after importing onnxruntime, before the model is loaded"}
+    write_manifest(export_dir / "manifest.json", device=name, description=env or name,
+                   metrics=train_metrics, normalization=norm, models=entries,
+                   training_data=report["data"], accuracy=accuracy, default_model=shipped["default"],
+                   report={"command": report["command"], "trained_on_split": shipped["scheme"]},
+                   uncertainty=uncertainty, memory=memory, mode=mode, step=step)
+    return {"dir": str(export_dir), "files": files + ["manifest.json"]}
+
+
+def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: dict) -> dict:
+    """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
+    shipped split's test graphs it must give the predictions scored in the
+    report (relative 1e-3)."""
+
+    norm, trained = shipped["norm"], shipped["trained"]
+    train_metrics = list(norm.metrics)
+    by_metric = dict(zip(metrics, trained[BLEND]["weights"]))
+    weights = [by_metric[m] for m in train_metrics]
+    path = ensemble.export_blend(export_dir / seernet["file"], trained["gbm"]["gbm"], norm, train_metrics,
+                                 weights, export_dir / f"{BLEND}.onnx")
+    test = shipped["parts"]["test"] or shipped["parts"]["val"]
+    if test:
+        arrays = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
+                               [s.u for s in test])
+        got = run_onnx(path, *(arrays[k] for k in ("x", "edge_index", "edge_attr", "u", "node_batch")))
+        part = "test" if shipped["parts"]["test"] else "val"
+        want = (shipped["result"]["models"][BLEND]["predictions"] if part == "test"
+                else shipped["result"]["val_predictions"][BLEND])[:, [metrics.index(m) for m in train_metrics]]
+        rel = np.abs(got - want) / np.abs(want)
+        if not np.all(rel <= 1e-3):
+            raise RuntimeError(f"{path}: onnxruntime differs from the scored blend (max rel {np.nanmax(rel):.2e})")
+    kind = "SeerNet (one per metric) blended with a global-features GBM; SeerNet weight " + \
+        ", ".join(f"{m} {w:g}" for m, w in zip(train_metrics, weights))
+    return model_entry(path, BLEND, train_metrics, seernet["parameters"], kind=kind)
+
+
+def parameters(model) -> int:
+    """Trainable parameters of a torch model."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
