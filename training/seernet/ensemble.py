@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from training.seernet.baselines.gbm import GlobalGBM
 from training.seernet.evaluate import score
@@ -134,7 +134,6 @@ def export_blend(seernet_path: str | os.PathLike, gbm: GlobalGBM, norm: Normaliz
     ])
     if not any(o.domain == ML_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(ML_DOMAIN, ML_OPSET))
-    graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
     onnx.checker.check_model(model)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

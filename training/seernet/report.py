@@ -81,13 +81,14 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
     metrics = list(metrics) if metrics else data.available_metrics(samples)
     for m in metrics:
         metric_unit(m)  # every metric must carry its unit
-    mode, step = mode_and_step([r for r in data.read_records(dataset) if r.get("status") == "ok"
-                                 and (device is None or r.get("device") == device)])
+    records = data.read_records(dataset)
+    ok_records = [r for r in records if r.get("status") == "ok" and (device is None or r.get("device") == device)]
+    mode, step = mode_and_step(ok_records)
     report: dict = {
         "dataset": str(dataset), "command": command, "device": device, "mode": mode, "step": step,
         "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
         "data": data.dataset_summary(samples, metrics),
-        "noise_floor": noise_floor(data.read_records(dataset), metrics),
+        "noise_floor": noise_floor(records, metrics),
         "train_config": cfg.to_dict(), "joint_baselines": joint_baselines, "splits": {},
     }
     runs: dict = {}
@@ -114,8 +115,8 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
                                                      "held_out") if k in shipped}
     report["summary_table"] = _summary(report, metrics)
     if export_dir is not None and shipped:
-        report["export"] = export(Path(export_dir), shipped, metrics, report, device, dataset,
-                                   export_device)
+        report["export"] = export(Path(export_dir), shipped, metrics, report, device, ok_records,
+                                  export_device)
     (out / "report.json").write_text(json.dumps(_strip(report), indent=1) + "\n")
     (out / "report.md").write_text(markdown(report, metrics))
     return report
@@ -232,7 +233,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                                         history=res.history, run=info[tag])
                 cols = [train_metrics.index(m) for m in group]
                 pred_z[:, cols] = predict_z(model, ps["test"], cfg.eval_batch_size)
-                if len(ps["val"]):
+                if name in SHIPPABLE and len(ps["val"]):  # the blend and the calibration read them
                     val_z[:, cols] = predict_z(model, ps["val"], cfg.eval_batch_size)
                 modules[tag] = model
         pred = _decode(norm, pred_z, train_metrics, metrics)
@@ -348,8 +349,7 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
 
 # --------------------------------------------------------------------- output
 def _plots(folder: Path, scheme: str, test: list, metrics: list[str], result: dict, trained: dict) -> None:
-    true = np.array([[s.targets.get(m, np.nan) for m in metrics] for s in test])
-    true = true.reshape(len(test), len(metrics))
+    true = _truth(test, metrics)
     for i, m in enumerate(metrics):
         panels = {r["display"]: (true[:, i], r["predictions"][:, i], r["metrics"][m]["mape"])
                   for r in result["models"].values()}

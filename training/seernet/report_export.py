@@ -65,8 +65,10 @@ def mode_and_step(records: list[dict]) -> tuple[str, dict | None]:
 
 
 def export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, device: str | None,
-            dataset, export_device: str | None = None) -> dict:
-
+           records: list[dict], export_device: str | None = None) -> dict:
+    """Write the shipped models, the OOD reference and ``manifest.json`` to
+    ``export_dir``; ``records`` are the dataset's successful records of
+    ``device`` (their environment describes the predictor)."""
     norm, trained = shipped["norm"], shipped["trained"]
     train_metrics = list(norm.metrics)
     entries = []
@@ -88,8 +90,6 @@ def export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, de
                              for m in train_metrics} | {"mean_mape": r["mean_mape"]}
                          for n, r in res["models"].items() if n in SHIPPABLE}
                 for scheme, res in report["splits"].items() if "models" in res}
-    records = [r for r in data.read_records(dataset)
-               if r.get("status") == "ok" and (device is None or r.get("device") == device)]
     env = next((r.get("env") for r in records), None)
     mode, step = report["mode"], report["step"]
     name = export_device or device or export_dir.name
@@ -128,21 +128,20 @@ def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: d
     """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
     shipped split's test graphs it must give the predictions scored in the
     report (relative 1e-3)."""
-
     norm, trained = shipped["norm"], shipped["trained"]
     train_metrics = list(norm.metrics)
     by_metric = dict(zip(metrics, trained[BLEND]["weights"]))
     weights = [by_metric[m] for m in train_metrics]
     path = ensemble.export_blend(export_dir / seernet["file"], trained["gbm"]["gbm"], norm, train_metrics,
                                  weights, export_dir / f"{BLEND}.onnx")
-    test = shipped["parts"]["test"] or shipped["parts"]["val"]
-    if test:
-        arrays = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
-                               [s.u for s in test])
-        got = run_onnx(path, *(arrays[k] for k in ("x", "edge_index", "edge_attr", "u", "node_batch")))
-        part = "test" if shipped["parts"]["test"] else "val"
-        want = (shipped["result"]["models"][BLEND]["predictions"] if part == "test"
-                else shipped["result"]["val_predictions"][BLEND])[:, [metrics.index(m) for m in train_metrics]]
+    on_test = bool(shipped["parts"]["test"])
+    samples = shipped["parts"]["test" if on_test else "val"]
+    if samples:
+        got = run_onnx(path, **concat_graphs([s.x for s in samples], [s.edge_index for s in samples],
+                                             [s.edge_attr for s in samples], [s.u for s in samples]))
+        scored = shipped["result"]["models"][BLEND]["predictions"] if on_test \
+            else shipped["result"]["val_predictions"][BLEND]
+        want = scored[:, [metrics.index(m) for m in train_metrics]]
         rel = np.abs(got - want) / np.abs(want)
         if not np.all(rel <= 1e-3):
             raise RuntimeError(f"{path}: onnxruntime differs from the scored blend (max rel {np.nanmax(rel):.2e})")
