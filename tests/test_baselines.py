@@ -9,6 +9,7 @@ import torch
 from perfseer_rt.graph import layout
 from training.seernet import collate
 from training.seernet.baselines import GlobalGBM, KernelAdditive, MLPNode
+from training.seernet.baselines.gbm import FLOPS_COLUMN
 from training.seernet.synthetic import random_graph
 
 FN, FG = len(layout.NODE_COLUMNS), len(layout.GLOBAL_COLUMNS)
@@ -76,3 +77,21 @@ def test_global_gbm_learns_a_function_of_the_globals():
     assert pred.shape == (50, 2)
     assert np.corrcoef(pred[:, 0], t[250:, 0])[0, 1] > 0.9
     assert gbm.num_parameters() > 0
+
+
+def test_global_gbm_extrapolates_time_per_flop_beyond_the_largest_model():
+    """Trees alone cannot predict past the largest training target; with the
+    per-FLOP offset a model 10x larger than any seen gets ~10x the time."""
+    rng = np.random.default_rng(0)
+    u = np.abs(rng.normal(size=(400, FG)))
+    u[:, FLOPS_COLUMN] = 10 ** rng.uniform(7, 9, 400)          # training: 1e7..1e9 FLOPs
+    t = np.log(u[:, [FLOPS_COLUMN]] * 1e-9 * (1 + 0.1 * u[:, [0]]))  # log ms, ~1 ms per GFLOP
+    big = u[:50].copy()
+    big[:, FLOPS_COLUMN] = 1e10                                 # 10x the largest seen
+    truth = np.log(big[:, [FLOPS_COLUMN]] * 1e-9 * (1 + 0.1 * big[:, [0]]))
+    plain = GlobalGBM(max_iter=200).fit(u, t)
+    per_flop = GlobalGBM(max_iter=200, offset_scale=[1.0]).fit(u, t)
+    assert np.abs(per_flop.predict(big) - truth).max() < 0.1     # within ~10 %
+    assert (truth - plain.predict(big)).min() > 1.5                # stuck near 1e9: > 4x too low
+    with pytest.raises(ValueError, match="offset_scale"):
+        GlobalGBM(offset_scale=[1.0, 0.0]).fit(u, t)

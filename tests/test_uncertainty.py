@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from perfseer_rt import extract
+from perfseer_rt.graph import layout
 from perfseer_rt.predict import uncertainty as ru
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from tests.test_extract import conv_chain
@@ -45,7 +46,7 @@ def test_features_read_globals_and_operator_mix_of_a_real_graph():
     g = extract(conv_chain(), batch=2)
     f = ru.features(g.x, g.u)
     assert f.shape == (len(ru.FEATURE_NAMES),) and np.isfinite(f).all()
-    mix = f[len(g.u):]
+    mix = f[len(layout.BASE_GLOBAL_COLUMNS):]
     assert mix.sum() == pytest.approx(1.0)  # every node has exactly one operator column
 
 

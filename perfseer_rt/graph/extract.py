@@ -32,6 +32,7 @@ from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channe
                                    check_spatial_attrs, is_known, node_cost, read_attr_list,
                                    read_attrs)
 from perfseer_rt.graph.perfgraph import PerfGraph
+from perfseer_rt.graph.structure import structure_globals
 from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
                                       weight_inputs)
 
@@ -502,7 +503,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     batch_size = batch if batch is not None else (first[0] if first else 1)
     params_unique = float(sum(e for e, _, _ in weight_sizes.values()))
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
-    u = _globals(x, edge_attr, batch_size, params_unique, bytes_unique)
+    u = _globals(x, edge_index, edge_attr, batch_size, params_unique, bytes_unique)
     meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
     warnings += control_notes
     return PerfGraph(
@@ -745,9 +746,10 @@ def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto
     return shapes
 
 
-def _globals(x: np.ndarray, edge_attr: np.ndarray, batch_size: int,
+def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch_size: int,
              params_unique: float, bytes_unique: float) -> np.ndarray:
-    """Global features u in the order of ``layout.GLOBAL_COLUMNS``.
+    """Global features u in the order of ``layout.GLOBAL_COLUMNS`` (the
+    structure columns from :func:`perfseer_rt.graph.structure.structure_globals`).
 
     ``params_total`` and ``weight_total`` count each weight tensor once
     however many nodes read it (tied weights); the per-node ``weight``
@@ -767,4 +769,5 @@ def _globals(x: np.ndarray, edge_attr: np.ndarray, batch_size: int,
     vals["params_total"] = params_unique
     vals["edge_size_mean"] = edge_attr[:, 0].mean() if e else 0.0
     vals["ai_model"] = vals["flops_total"] / vals["mac_total"] if vals["mac_total"] else 0.0
-    return np.array([float(vals[c]) for c in layout.GLOBAL_COLUMNS], dtype=np.float64)
+    base = np.array([float(vals[c]) for c in layout.BASE_GLOBAL_COLUMNS], dtype=np.float64)
+    return np.concatenate([base, structure_globals(x, edge_index, edge_attr, bytes_unique)])

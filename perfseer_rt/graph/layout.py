@@ -26,7 +26,7 @@ tensor of rank r as follows:
 
 from __future__ import annotations
 
-FEATURE_VERSION = "psrt-1"
+FEATURE_VERSION = "psrt-2"
 
 #: Op-type vocabulary of the one-hot block; anything else goes to "other".
 OP_VOCAB: tuple[str, ...] = (
@@ -67,7 +67,8 @@ EDGE_COLUMNS: tuple[str, ...] = (
     "size", "batch", "channel", "height", "width", "dtype_bytes",
 )
 
-GLOBAL_COLUMNS: tuple[str, ...] = (
+#: The global columns of layout ``psrt-1``.
+BASE_GLOBAL_COLUMNS: tuple[str, ...] = (
     "num_nodes", "num_edges", "density",
     "flops_total", "flops_mean", "flops_median", "flops_max",
     "mac_total", "mac_mean", "mac_median", "mac_max",
@@ -75,12 +76,31 @@ GLOBAL_COLUMNS: tuple[str, ...] = (
     "params_total", "edge_size_mean", "ai_model", "batch_size",
 )
 
+#: Global columns added in ``psrt-2``, computed from the node and edge arrays
+#: by :mod:`perfseer_rt.graph.structure` (definitions and units there): the
+#: unique weight bytes by the kind of operator that reads them, the FLOPs of
+#: grouped convolutions and matrix products, and the activation bytes alive
+#: at once and in all.
+STRUCTURE_COLUMNS: tuple[str, ...] = (
+    "weight_conv1x1", "weight_conv_kxk", "weight_conv_grouped", "weight_matmul", "weight_other",
+    "weight_conv_unaligned", "flops_conv_grouped", "flops_matmul", "act_live_peak", "act_total",
+)
+
+GLOBAL_COLUMNS: tuple[str, ...] = BASE_GLOBAL_COLUMNS + STRUCTURE_COLUMNS
+
+#: Every layout a predictor may have been trained on -> its global columns.
+#: Node and edge columns are the same in all; a predictor of an older layout
+#: reads the first ``len(GLOBAL_COLUMNS_OF[version])`` globals.
+GLOBAL_COLUMNS_OF: dict[str, tuple[str, ...]] = {"psrt-1": BASE_GLOBAL_COLUMNS,
+                                                 FEATURE_VERSION: GLOBAL_COLUMNS}
+
 #: Columns whose values span many orders of magnitude; predictors take
 #: ``log1p`` of them before standardising (recorded in each manifest).
 LOG_SCALED: frozenset[str] = frozenset(
     {"in_channels", "out_channels", "in_elems", "out_elems", "flops", "mac",
      "weight", "params", "ai", "size", "batch", "channel", "height", "width",
-     "num_nodes", "num_edges", "edge_size_mean", "ai_model", "batch_size"}
+     "num_nodes", "num_edges", "edge_size_mean", "ai_model", "batch_size",
+     "act_live_peak", "act_total"}
     | {c for c in GLOBAL_COLUMNS if c.split("_")[0] in ("flops", "mac", "weight", "params")}
 )
 

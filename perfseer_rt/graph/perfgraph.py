@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import layout
+from perfseer_rt.graph.structure import upgrade_globals
 
 
 @dataclass
@@ -157,17 +159,16 @@ class PerfGraph:
     def load_npz(cls, path: str | os.PathLike) -> "PerfGraph":
         with np.load(path, allow_pickle=False) as z:
             version = str(z["feature_version"])
-            if version != layout.FEATURE_VERSION:
-                from perfseer_rt.errors import PerfSeerError
-                raise PerfSeerError(
-                    f"{path}: feature layout {version!r}, this perfseer-rt reads "
-                    f"{layout.FEATURE_VERSION!r}; re-extract the model")
+            try:  # an older layout's globals are upgraded (perfseer_rt.graph.structure)
+                u = upgrade_globals(version, z["x"], z["edge_index"], z["edge_attr"], z["u"])
+            except ValueError as e:
+                raise PerfSeerError(f"{path}: {e}; re-extract the model") from None
             return cls(
                 node_names=[str(s) for s in z["node_names"]],
                 node_ops=[str(s) for s in z["node_ops"]],
                 x=z["x"], edge_index=z["edge_index"], edge_attr=z["edge_attr"],
                 edge_tensors=[str(s) for s in z["edge_tensors"]],
-                edge_shapes=[], u=z["u"], feature_version=version)
+                edge_shapes=[], u=u, feature_version=layout.FEATURE_VERSION)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
-from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.graph import PerfGraph, extract, layout
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.manifest import MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
@@ -41,10 +41,12 @@ def _session(path: str, threads: int) -> Any:
     return build_session(path, "cpu", threads=threads).session
 
 
-def concat(graphs: Sequence[PerfGraph]) -> dict[str, np.ndarray]:
-    """The predictor's inputs for many graphs (:func:`manifest.concat_graphs`)."""
+def concat(graphs: Sequence[PerfGraph], num_globals: int | None = None) -> dict[str, np.ndarray]:
+    """The predictor's inputs for many graphs (:func:`manifest.concat_graphs`);
+    ``num_globals``: the first so many globals (a predictor of an older
+    layout, :data:`perfseer_rt.graph.layout.GLOBAL_COLUMNS_OF`), default all."""
     return concat_graphs([g.x for g in graphs], [g.edge_index for g in graphs],
-                         [g.edge_attr for g in graphs], [g.u for g in graphs])
+                         [g.edge_attr for g in graphs], [g.u[:num_globals] for g in graphs])
 
 
 def chunks(graphs: Sequence[PerfGraph], max_nodes: int = CHUNK_NODES) -> list[Sequence[PerfGraph]]:
@@ -65,7 +67,8 @@ def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | Non
     model) in the manifest's metric order, ``chunk_nodes`` nodes or so per
     onnxruntime call."""
     sess = _session(str(pred.model_file(model)), pred.threads)
-    parts = [sess.run(None, concat(part))[0] for part in chunks(graphs, chunk_nodes)]
+    n_glob = len(layout.GLOBAL_COLUMNS_OF[pred.manifest["feature_version"]])
+    parts = [sess.run(None, concat(part, n_glob))[0] for part in chunks(graphs, chunk_nodes)]
     return np.concatenate(parts) if parts else np.zeros((0, len(pred.outputs)), np.float32)
 
 

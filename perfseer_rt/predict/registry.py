@@ -236,12 +236,13 @@ def get_predictor(device: str | None) -> Predictor:
 
 
 def check_layout(pred: Predictor, what: str = "predictor") -> Predictor:
-    """``pred`` if it reads the PerfGraph layout this perfseer-rt extracts, else
-    a DeviceError naming both (``what``: how to call it in the message)."""
+    """``pred`` if it reads a PerfGraph layout this perfseer-rt extracts (the
+    current one, or an older one whose globals are a prefix of it), else a
+    DeviceError naming both (``what``: how to call it in the message)."""
     version = pred.manifest.get("feature_version")
-    if version != layout.FEATURE_VERSION:
+    if version not in layout.GLOBAL_COLUMNS_OF:
         raise DeviceError(f"{what} {pred.device!r} expects feature layout {version!r}, this "
-                          f"perfseer-rt extracts {layout.FEATURE_VERSION!r}; upgrade one of them")
+                          f"perfseer-rt reads {', '.join(layout.GLOBAL_COLUMNS_OF)}; upgrade one of them")
     return pred
 
 

@@ -41,14 +41,16 @@ OP_MIX_SCALE = 3.0
 #: Columns of the node features that one-hot the operator type.
 OP_COLUMNS = tuple(i for i, c in enumerate(layout.NODE_COLUMNS) if c.startswith("op_"))
 #: Names of :func:`features` columns, in order.
-FEATURE_NAMES = tuple(layout.GLOBAL_COLUMNS) + tuple(layout.NODE_COLUMNS[i] for i in OP_COLUMNS)
+#: The globals are those of layout ``psrt-1`` in every layout (a distance
+#: reference keeps working when globals are added).
+FEATURE_NAMES = tuple(layout.BASE_GLOBAL_COLUMNS) + tuple(layout.NODE_COLUMNS[i] for i in OP_COLUMNS)
 
 
 def features(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Raw distance features of one graph: ``slog1p`` of its globals ``u`` and
     its operator mix (share of nodes per operator type, from node features
     ``x``). Returns ``float64[len(FEATURE_NAMES)]``."""
-    u = np.asarray(u, dtype=np.float64).reshape(-1)
+    u = np.asarray(u, dtype=np.float64).reshape(-1)[:len(layout.BASE_GLOBAL_COLUMNS)]
     x = np.asarray(x, dtype=np.float64)
     mix = x[:, OP_COLUMNS].mean(axis=0) if len(x) else np.zeros(len(OP_COLUMNS))
     out: np.ndarray = np.concatenate([np.sign(u) * np.log1p(np.abs(u)), mix])
@@ -65,7 +67,7 @@ def fit_standardization(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and std of the training rows: globals standardised, the operator
     mix left as shares times :data:`OP_MIX_SCALE`."""
     raw = np.asarray(raw, dtype=np.float64)
-    n_glob = len(layout.GLOBAL_COLUMNS)
+    n_glob = len(layout.BASE_GLOBAL_COLUMNS)
     mean = np.zeros(raw.shape[1])
     std = np.full(raw.shape[1], 1.0 / OP_MIX_SCALE)
     mean[:n_glob] = raw[:, :n_glob].mean(axis=0)

@@ -48,6 +48,7 @@ import numpy as np
 
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.graph.structure import upgrade_globals
 from training.dataset.splits import split_real
 from training.seernet.sample import GraphSample
 
@@ -111,15 +112,18 @@ def read_graph_shard(path: str | os.PathLike) -> dict[str, tuple[np.ndarray, ...
     """``graph_key -> (x, edge_index, edge_attr, u)`` for every graph of a shard."""
     with np.load(path, allow_pickle=False) as z:
         version = str(z["feature_version"])
-        if version != layout.FEATURE_VERSION or tuple(z["node_columns"]) != layout.NODE_COLUMNS \
-                or tuple(z["edge_columns"]) != layout.EDGE_COLUMNS \
-                or tuple(z["global_columns"]) != layout.GLOBAL_COLUMNS:
-            raise DatasetError(f"{path}: feature layout {version!r} (or its columns) differs from "
-                               f"{layout.FEATURE_VERSION!r}; rebuild the dataset's graphs")
+        if tuple(z["node_columns"]) != layout.NODE_COLUMNS or tuple(z["edge_columns"]) != layout.EDGE_COLUMNS \
+                or tuple(z["global_columns"]) != layout.GLOBAL_COLUMNS_OF.get(version):
+            raise DatasetError(f"{path}: feature layout {version!r} (or its columns) is not one this "
+                               f"perfseer-rt reads ({', '.join(layout.GLOBAL_COLUMNS_OF)}); "
+                               "rebuild the dataset's graphs")
         x, ei, ea, u = z["x"], z["edge_index"], z["edge_attr"], z["u"]
         no, eo, keys = z["node_offsets"], z["edge_offsets"], [str(k) for k in z["keys"]]
-    return {k: (x[no[g]:no[g + 1]], ei[:, eo[g]:eo[g + 1]], ea[eo[g]:eo[g + 1]], u[g])
-            for g, k in enumerate(keys)}
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    for g, k in enumerate(keys):  # an older layout's globals are upgraded (perfseer_rt.graph.structure)
+        xg, eig, eag = x[no[g]:no[g + 1]], ei[:, eo[g]:eo[g + 1]], ea[eo[g]:eo[g + 1]]
+        out[k] = (xg, eig, eag, upgrade_globals(version, xg, eig, eag, u[g]))
+    return out
 
 
 # --------------------------------------------------------------------- records

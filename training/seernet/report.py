@@ -36,7 +36,7 @@ from perfseer_rt.predict import uncertainty as ru
 from training.dataset.card import drift
 from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
-from training.seernet.baselines.gbm import GlobalGBM
+from training.seernet.baselines.gbm import PER_FLOP_METRICS, GlobalGBM
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.normalization import Normalization
 from training.seernet.plots import plot_predictions
@@ -203,7 +203,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
     for name in model_names:
         t0 = time.perf_counter()
         if name in models.NON_TORCH:
-            gbm, pred_z, val_z = _fit_gbm(parts, ps, cfg)
+            gbm, pred_z, val_z = _fit_gbm(parts, ps, cfg, norm, train_metrics)
             info: dict[str, dict] = {}
             modules: dict[str, object] = {"gbm": gbm}
         else:
@@ -328,10 +328,12 @@ def _resumable(path: Path | None, scheme: str, name: str, group: list[str], norm
     return model, raw["run"]
 
 
-def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
+def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig, norm: Normalization,
+             metrics: list[str]):
     """The GBM fitted on the raw float32 global features (trees need no
     normalization, and so it exports exactly: :mod:`.ensemble`) against the
-    standardized log targets; returns ``(gbm, test pred, val pred)``, both
+    standardized log targets of ``metrics``, times and energy per FLOP
+    (:class:`GlobalGBM`); returns ``(gbm, test pred, val pred)``, both
     standardized."""
     width = ps["train"].targets.shape[1]
 
@@ -341,7 +343,8 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig):
     def pred(part: str) -> np.ndarray:
         return gbm.predict(u(part)) if parts[part] else np.zeros((0, width))
 
-    gbm = GlobalGBM(seed=cfg.seed)
+    gbm = GlobalGBM(seed=cfg.seed, offset_scale=[1.0 / norm.target_std[m] if m in PER_FLOP_METRICS else 0.0
+                                                 for m in metrics])
     val = ps["val"]
     gbm.fit(u("train"), ps["train"].targets, u("val") if len(val) else None, val.targets if len(val) else None)
     return gbm, pred("test"), pred("val")
