@@ -1,0 +1,129 @@
+"""A user-style check of a shipped predictor: what a user sees who exports a
+published model, measures it with ``perfseer-rt profile`` and compares with
+``perfseer-rt predict``.
+
+    python -m training.seernet.user_check --out reports/cpu-amd-epyc-1t/user_check_2.json \\
+        --device cpu-amd-epyc-1t --core 1 --specs "timm:model=resnet101,res=224" ... --batches 1 4 16
+
+Each spec is exported once (``training.zoo``, random weights) into
+``--work``; each (spec, batch) is measured by the CLI pinned to ``--core``
+and predicted by the CLI; rows are appended to ``--out`` as they finish (the
+file is rewritten atomically) and a rerun skips rows already there, so it
+resumes. ``--repredict`` keeps the measurements of an existing file and asks
+the predictor again (after a retrain). Measure on a quiet machine: the
+latency is a real wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.profile import environment
+from training.zoo import export_onnx, parse_spec
+
+METRICS = ("latency_ms", "peak_mem_mb")
+
+
+def _cli(args: Sequence[str], core: int | None = None) -> dict[str, Any]:
+    cmd = ([] if core is None else ["taskset", "-c", str(core)]) + ["perfseer-rt", *args, "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    out = json.loads(proc.stdout)
+    return out[0] if isinstance(out, list) else out
+
+
+def predict_row(model: str, batch: int, device: str) -> dict[str, Any]:
+    """The CLI's prediction of one (model, batch): value, interval and
+    warnings per metric."""
+    return _cli(["predict", model, "--batch", str(batch), "--device", device])
+
+
+def compare(measured: dict[str, float], pred: dict[str, Any]) -> dict[str, Any]:
+    """One row's metrics: measured, predicted, signed error %, inside interval."""
+    row: dict[str, Any] = {}
+    for m in METRICS:
+        p = pred["metrics"][m]
+        lo, hi = p.get("interval") or (None, None)
+        row[m] = {"measured": measured[m], "predicted": p["value"],
+                  "error_pct": (p["value"] / measured[m] - 1) * 100,
+                  "inside_interval": None if lo is None else bool(lo <= measured[m] <= hi)}
+    row["ood_warning"] = any("far from the training data" in w for w in pred.get("warnings", []))
+    return row
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """MAPE, median signed error and interval coverage per metric (percent)."""
+    out: dict[str, Any] = {"pairs": len(rows)}
+    for m in METRICS:
+        err = np.array([r[m]["error_pct"] for r in rows])
+        inside = [r[m]["inside_interval"] for r in rows if r[m]["inside_interval"] is not None]
+        out[m] = {"mape": float(np.mean(np.abs(err))) if len(err) else None,
+                  "median_error": float(np.median(err)) if len(err) else None,
+                  "coverage": float(np.mean(inside)) * 100 if inside else None}
+    return out
+
+
+def _save(path: Path, doc: dict[str, Any]) -> None:
+    doc["summary"] = summary(doc["rows"])
+    atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.seernet.user_check", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--device", default="cpu-amd-epyc-1t")
+    ap.add_argument("--specs", nargs="*", default=[])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
+    ap.add_argument("--core", type=int, default=1, help="CPU core the profiler is pinned to")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/perfseer-user-check"))
+    ap.add_argument("--repredict", action="store_true", help="keep the measurements, predict again")
+    a = ap.parse_args(argv)
+    doc: dict[str, Any] = json.loads(a.out.read_text()) if a.out.exists() else {"rows": []}
+    a.work.mkdir(parents=True, exist_ok=True)
+    if a.repredict:
+        for r in tqdm(doc["rows"], desc="re-predict"):
+            path = a.work / (re.sub(r"[^a-z0-9_]", "_", r["spec"]) + ".onnx")
+            if not path.exists():
+                export_onnx(parse_spec(r["spec"]), str(path))
+            r.update(compare({m: r[m]["measured"] for m in METRICS}, predict_row(str(path), r["batch"], a.device)))
+        doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
+        _save(a.out, doc)
+    done = {(r["spec"], r["batch"]) for r in doc["rows"]}
+    todo = [(s, b) for s in a.specs for b in a.batches if (s, b) not in done]
+    if todo:
+        doc.setdefault("environment", {
+            **{k: v for k, v in environment().items() if k.startswith("cpu") or k.startswith("onnx")},
+            "measured_with": f"taskset -c {a.core} perfseer-rt profile MODEL --batch B --json "
+                             "(CPU provider, 1 thread, defaults)",
+            "models": "exported with training.zoo.export_onnx (random weights)"})
+        doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
+    for spec, batch in tqdm(todo, desc="user check"):
+        path = a.work / (re.sub(r"[^a-z0-9_]", "_", spec) + ".onnx")
+        if not path.exists():
+            export_onnx(parse_spec(spec), str(path))
+        prof = _cli(["profile", str(path), "--batch", str(batch)], core=a.core)
+        measured = {m: float(prof.get("metrics", prof)[m]) for m in METRICS}
+        doc["rows"].append({"spec": spec, "batch": batch,
+                            **compare(measured, predict_row(str(path), batch, a.device))})
+        _save(a.out, doc)
+    if not a.out.exists():
+        _save(a.out, doc)
+    s = summary(doc["rows"])
+    print(json.dumps(s, indent=1), file=sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
