@@ -20,6 +20,7 @@ from training.seernet.report import main
 from training.seernet.sample import concat_graphs
 from training.seernet.synthetic import write_synthetic_dataset
 from training.seernet.train import load_checkpoint
+from training.seernet.user_check import compare, summary
 
 
 @pytest.mark.slow
@@ -135,3 +136,18 @@ def test_the_export_says_which_training_step_its_labels_timed():
     with pytest.raises(data.DatasetError, match="more than one method"):
         mode_and_step([_train_record(),
                         _train_record(quality={"optimizer": "sgd", "peak_mem_method": "vmhwm+mmap64k"})])
+
+
+def test_user_check_scores_signed_errors_and_interval_coverage():
+    pred = {"metrics": {"latency_ms": {"value": 11.0, "interval": [9.0, 12.0]},
+                        "peak_mem_mb": {"value": 50.0, "interval": [45.0, 55.0]}},
+            "warnings": ["far from the training data (distance score 0.30 > 0.17): ..."]}
+    a = compare({"latency_ms": 10.0, "peak_mem_mb": 100.0}, pred)
+    assert a["latency_ms"]["error_pct"] == pytest.approx(10.0) and a["latency_ms"]["inside_interval"]
+    assert a["peak_mem_mb"]["error_pct"] == pytest.approx(-50.0) and not a["peak_mem_mb"]["inside_interval"]
+    assert a["ood_warning"]
+    b = compare({"latency_ms": 11.0, "peak_mem_mb": 50.0}, {**pred, "warnings": []})
+    s = summary([a, b])
+    assert s["pairs"] == 2 and s["latency_ms"]["mape"] == pytest.approx(5.0)
+    assert s["peak_mem_mb"]["coverage"] == pytest.approx(50.0)
+    assert s["peak_mem_mb"]["median_error"] == pytest.approx(-25.0)

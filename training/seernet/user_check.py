@@ -54,10 +54,10 @@ def compare(measured: dict[str, float], pred: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for m in METRICS:
         p = pred["metrics"][m]
-        lo, hi = p.get("interval") or (None, None)
+        iv = p.get("interval")
         row[m] = {"measured": measured[m], "predicted": p["value"],
                   "error_pct": (p["value"] / measured[m] - 1) * 100,
-                  "inside_interval": None if lo is None else bool(lo <= measured[m] <= hi)}
+                  "inside_interval": None if iv is None else bool(iv[0] <= measured[m] <= iv[1])}
     row["ood_warning"] = any("far from the training data" in w for w in pred.get("warnings", []))
     return row
 
