@@ -25,7 +25,7 @@ from onnx import helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
-from perfseer_rt.graph.fold import fold_static
+from perfseer_rt.graph.fold import fold_static, weight_roots
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
@@ -271,6 +271,7 @@ class _Structure:
         inits.update(t.values.name for t in proto.graph.sparse_initializer)
         inits.update(self.weights)
         self.const, self.kept = fold_static(proto, inits, self.table)
+        self.roots = weight_roots(self.table, self.const)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
 
@@ -304,7 +305,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
     sk = st.skeleton_for(inputs, reuse_skeleton)
-    const, kept = st.const, st.kept
+    const, kept, roots = st.const, st.kept, st.roots
     sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
     if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
@@ -435,8 +436,10 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                weight_uses[tname] += 1
-                weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
+                root = roots.get(tname, tname)  # aliases of one weight count once
+                weight_uses[root] += 1
+                if root not in weight_sizes or weight_sizes[root][1] < ti.nbytes:
+                    weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:

@@ -56,4 +56,29 @@ def fold_static(model: onnx.ModelProto, initializers: set[str],
     return const, kept
 
 
+#: Ops that, folded on a constant, give the same weight in another layout or
+#: type: exporters share one weight among several users through ``Identity``
+#: nodes (equal tensors deduplicated, ALBERT's shared layers), or through a
+#: transpose or reshape of it; the runtime then holds one copy.
+SAME_WEIGHT = frozenset({"Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast"})
+
+
+def weight_roots(table: list[tuple], const: set[str]) -> dict[str, str]:
+    """``constant tensor -> the tensor it is the same weight as`` for the
+    folded outputs of :data:`SAME_WEIGHT` ops whose first input is a constant
+    (followed through chains, so every alias names the first tensor of its
+    chain). Tensors that are their own root are not listed.
+
+    Args:
+        table: the graph's node rows, as for :func:`fold_static`.
+        const: the constant tensors (:func:`fold_static`'s first result).
+    """
+    root: dict[str, str] = {}
+    for op, _, domain, ins, outs, _ in table:  # topologically sorted
+        if op in SAME_WEIGHT and domain in ("", "ai.onnx") and ins and ins[0] in const \
+                and outs and outs[0] in const:
+            root[outs[0]] = root.get(ins[0], ins[0])
+    return root
+
+
 _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
