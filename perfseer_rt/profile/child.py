@@ -10,8 +10,10 @@ session (onnxruntime's one-time process state: thread pools, kernel
 registries, allocator set-up), then releases it; glibc's mmap threshold is
 fixed before that (:func:`perfseer_rt.profile.hostmem.fix_mmap_threshold`).
 Before each CPU model it releases free heap (``malloc_trim``), resets
-``VmHWM``, and takes the RSS then as the baseline; so a reused child and a
-fresh one report the same peak for the same model.
+``VmHWM``, and takes the RSS then as the baseline. A reused child still reads
+more for small models than a fresh one (:mod:`perfseer_rt.profile.hostmem`),
+so each record's ``peak_mem_method`` says which it was (``+fresh`` for the
+first CPU model of the child).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from perfseer_rt.profile.session import build_session
 from perfseer_rt.profile.timing import MeasureSettings
 from perfseer_rt.profile.worker import serve
 
-_state: dict[str, Any] = {"hwm_reset": False}
+_state: dict[str, Any] = {"hwm_reset": False, "cpu_measured": 0}
 
 
 def prime_onnxruntime() -> None:
@@ -55,7 +57,8 @@ def _dispatch(req: dict[str, Any]) -> dict[str, Any]:
         baseline = hostmem.start_baseline() if reset_ok else hostmem.rss_kib()
         rec = measure_cpu(req["model"], batch=req.get("batch"), input_shapes=shapes,
                           threads=req.get("threads", 1), settings=settings,
-                          baseline_kib=baseline)
+                          baseline_kib=baseline, fresh_process=_state["cpu_measured"] == 0)
+        _state["cpu_measured"] += 1
         if not reset_ok:
             rec["notes"].append("VmHWM reset unavailable: measured in a fresh process; "
                                 "peak includes start-up")

@@ -26,7 +26,7 @@ from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loo
 def measure_cpu(model: str, *, batch: int | None = None,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 threads: int = 1, settings: MeasureSettings | None = None,
-                baseline_kib: int | None = None) -> dict[str, Any]:
+                baseline_kib: int | None = None, fresh_process: bool | None = None) -> dict[str, Any]:
     """Measure one model on the CPU provider in this process.
 
     Args:
@@ -36,6 +36,8 @@ def measure_cpu(model: str, *, batch: int | None = None,
         settings: warm-up and window (defaults of :class:`MeasureSettings`).
         baseline_kib: RSS baseline taken by the caller; when None one is
             taken here (resetting the high-water mark).
+        fresh_process: whether this is the first model the process measures
+            (named in ``peak_mem_method``; see :func:`perfseer_rt.profile.hostmem.peak_method`).
 
     Returns:
         A record (see :mod:`perfseer_rt.profile.record`); a model that fails
@@ -61,8 +63,8 @@ def measure_cpu(model: str, *, batch: int | None = None,
         # the two phases of the peak: creating the session (model bytes,
         # initializers, pre-packed weights) and running it (what stays
         # resident plus the arena); the peak is the larger of the two
-        load_peak = hostmem.hwm_kib()
         resident = hostmem.rss_kib()
+        load_peak = hostmem.hwm_kib()  # read second: VmHWM includes the RSS now, so >= resident
         phases = hostmem.reset_hwm()
         feeds = make_inputs(session, batch=batch, input_shapes=input_shapes)
         run = lambda: session.run(None, feeds)  # noqa: E731
@@ -79,7 +81,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
             session_ms=session_ms,
             peak_mem_mb=(peak - baseline_kib) / 1024 if peak and baseline_kib else None,
             peak_mem_process_mb=peak / 1024 if peak else None,
-            peak_mem_method=hostmem.peak_method() if peak else None,
+            peak_mem_method=hostmem.peak_method(fresh_process) if peak else None,
             load_peak_mb=over(load_peak), loaded_mb=over(resident), run_peak_mb=over(run_peak),
             provider_used=handle.provider_used, provider_options=handle.provider_options,
             input_shapes={k: list(v.shape) for k, v in feeds.items()},

@@ -17,7 +17,18 @@ threshold fixed at 64 KiB (:func:`fix_mmap_threshold`) 27.2-27.8 and
 114.4-114.8 MiB, the same in a reused worker and in fresh processes
 (latency unchanged within noise: onnxruntime keeps its buffers in its own
 arena). The CPU inference measurements fix the threshold, and
-:func:`peak_method` names the method in the records. The training-step measurements leave glibc's
+:func:`peak_method` names the method in the records.
+
+Even so, a process that has measured other models before reads more for
+small ones: memory freed at the end of session creation stays resident
+there. Measured (2026-11-23, 13 dataset configurations measured first in a
+reused campaign child, then each in a fresh one): GoogLeNet width 0.5 at
+160 px, batch 2, 26.3 vs 16.9 MiB (resident after loading 26.3 vs 10.8);
+an EfficientNet at batch 1 60.8 vs 47.1 MiB; large models within 1-4 %. A
+fresh child's reading does not depend on what ran before (the same model
+read the same to 0.1 MiB in repeated fresh children). ``perfseer-rt
+profile`` measures every model in a fresh child, and so does the campaign:
+records say ``+fresh``; a reused child's reading says ``+reused``. The training-step measurements leave glibc's
 default: PyTorch allocates every CPU tensor from malloc, and mapping each
 large one afresh would slow the very steps being timed.
 
@@ -100,10 +111,13 @@ def fix_mmap_threshold() -> bool:
     return bool(_fixed and _fixed[0])
 
 
-def peak_method() -> str:
+def peak_method(fresh: bool | None = None) -> str:
     """How this process reads its peak: ``"vmhwm+mmap64k"`` once the mmap
-    threshold is fixed (:func:`fix_mmap_threshold`), else ``"vmhwm"``."""
-    return f"vmhwm+mmap{MMAP_THRESHOLD // 1024}k" if _fixed and _fixed[0] else "vmhwm"
+    threshold is fixed (:func:`fix_mmap_threshold`), else ``"vmhwm"``; with
+    ``+fresh`` when the model is the first this process measures, ``+reused``
+    when others came before it (None: not known, no suffix)."""
+    base = f"vmhwm+mmap{MMAP_THRESHOLD // 1024}k" if _fixed and _fixed[0] else "vmhwm"
+    return base if fresh is None else base + ("+fresh" if fresh else "+reused")
 
 
 def hwm_reset_works() -> bool:

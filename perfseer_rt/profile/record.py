@@ -30,9 +30,12 @@ Fields (see :data:`RECORD_FIELDS` for the full order):
   the peak cannot be reset): ``load_peak_mb``, the peak while the session is
   created; ``loaded_mb``, what is resident right after; ``run_peak_mb``, the
   peak while it runs. ``peak_mem_mb`` = max(load_peak_mb, run_peak_mb).
-- ``peak_mem_method``: how the peak was read (``"vmhwm+mmap64k"``: VmHWM
-  with glibc's mmap threshold fixed at 64 KiB, see
-  :mod:`perfseer_rt.profile.hostmem`; ``"vmhwm"``: glibc's default, as in
+- ``peak_mem_method``: how the peak was read (``"vmhwm+mmap64k+fresh"``:
+  VmHWM with glibc's mmap threshold fixed at 64 KiB, see
+  :mod:`perfseer_rt.profile.hostmem`, the first model of its measuring
+  process, as ``perfseer-rt profile`` measures; ``+reused``: after other
+  models in the same process; ``"vmhwm+mmap64k"``: not said, as in records
+  made before 2026-11-24, mostly reused; ``"vmhwm"``: glibc's default, as in
   records made before 2026-11-21; ``"nvml_process"``, ``"nvml_device_used"``).
 - ``sm_util_pct``: mean NVML ``utilization.gpu`` (share of time a kernel ran)
   over the steady window, percent.

@@ -81,8 +81,11 @@ class Target:
         self.settings = MeasureSettings.from_dict(spec.settings)
         self._env: dict | None = None
         if self.kind == "inference":
+            # a fresh measuring child for every CPU configuration: a reused one
+            # reads more memory for small models than `perfseer-rt profile`
+            # does (perfseer_rt.profile.hostmem), and labels must be what users measure
             self._worker: Any = ProfileWorker("cuda" if spec.on_cuda else "cpu",
-                                              timeout_s=spec.timeout_s)
+                                              timeout_s=spec.timeout_s, fresh=not spec.on_cuda)
         else:
             # lazy: profile_train imports torch, which only train targets need
             from training.profile_train import TrainWorker
