@@ -49,6 +49,10 @@ MMAP_THRESHOLD = 64 * 1024
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 _fixed: list[bool] = []  # [result] once fix_mmap_threshold() has run
 _CLEAR_REFS = "/proc/self/clear_refs"
+_FIXED = f"vmhwm+mmap{MMAP_THRESHOLD // 1024}k"
+#: The ``peak_mem_method`` of a CPU record of ``perfseer-rt profile``: the
+#: threshold fixed, the model the first of a fresh measuring child.
+CLI_METHOD = _FIXED + "+fresh"
 
 
 def _status_kib(key: str) -> int | None:
@@ -116,7 +120,7 @@ def peak_method(fresh: bool | None = None) -> str:
     threshold is fixed (:func:`fix_mmap_threshold`), else ``"vmhwm"``; with
     ``+fresh`` when the model is the first this process measures, ``+reused``
     when others came before it (None: not known, no suffix)."""
-    base = f"vmhwm+mmap{MMAP_THRESHOLD // 1024}k" if _fixed and _fixed[0] else "vmhwm"
+    base = _FIXED if _fixed and _fixed[0] else "vmhwm"
     return base if fresh is None else base + ("+fresh" if fresh else "+reused")
 
 
