@@ -25,7 +25,8 @@ from training.zoo.family import Family, Param, TensorSpec, pick
 from training.zoo.real.torchvision_compat import import_transformers
 
 #: name -> (group, config class, "encoder" | "causal" | "t5-encoder", config overrides);
-#: at most ~165 M parameters each, so that an export stays within a minute or two
+#: at most ~165 M parameters each (the three added for the second check: up to 362 M),
+#: so that an export stays within a minute or two
 ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     # BERT (Devlin et al.) and the official small BERTs (Turc et al., google/bert_uncased_L-*_H-*)
     "bert-base": ("bert", "BertConfig", "encoder", {}),
@@ -83,6 +84,14 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     "smollm-135m": ("llama", "LlamaConfig", "causal",
                     {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                      "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                     "tie_word_embeddings": True, "max_position_embeddings": 2048}),
+    # added 2026-11-24 for the second untuned check (none of them in the CPU dataset then)
+    "mobilebert": ("mobilebert", "MobileBertConfig", "encoder", {}),  # google/mobilebert-uncased
+    "xlm-roberta-base": ("xlm-roberta", "XLMRobertaConfig", "encoder",  # a 250k-token vocabulary
+                         {"vocab_size": 250002, "max_position_embeddings": 514, "type_vocab_size": 1}),
+    "smollm-360m": ("llama", "LlamaConfig", "causal",
+                    {"hidden_size": 960, "intermediate_size": 2560, "num_hidden_layers": 32,
+                     "num_attention_heads": 15, "num_key_value_heads": 5, "vocab_size": 49152,
                      "tie_word_embeddings": True, "max_position_embeddings": 2048}),
 }
 
