@@ -19,8 +19,9 @@ a fresh child's, in dataset order:
    extractor (the dataset's graphs follow extractor fixes, e.g. weights shared
    through ``Identity`` nodes counted once);
 3. measure each batch size in a fresh child with :data:`SETTINGS` (1 warm-up
-   run, 3 runs: memory agreed with the CLI's default settings to 0.9 % on four
-   models) and replace the record's memory fields: ``metrics.peak_mem_mb``
+   run, then the run whose peak is read, then 1 timed run; with 3 timed runs
+   memory agreed with the CLI's default settings to 0.9 % on four models) and
+   replace the record's memory fields: ``metrics.peak_mem_mb``
    and ``quality.{load_peak_mb, loaded_mb, run_peak_mb, peak_mem_process_mb,
    peak_mem_method}``. The values replaced go to ``quality.memory_before``;
    ``quality.memory_remeasured`` says when, with which onnxruntime and
@@ -53,8 +54,10 @@ from training.campaign.store import MixedCpuError, cpu_signature
 from training.campaign.zoo_cases import export_case, export_worker_init
 from training.seernet.data import read_graph_shard, write_graph_shard
 
-#: Settings of the memory measurement (peaks are reached by the second run).
-SETTINGS = MeasureSettings(min_runs=3, min_time_s=0.0, max_time_s=30.0, warmup_runs=1,
+#: Settings of the memory measurement: the profiler reads the run phase's peak
+#: after the warm-up and one more run, before the timed loop, so one timed run
+#: is enough (its latency is kept only as ``memory_remeasured.latency_ms_now``).
+SETTINGS = MeasureSettings(min_runs=1, min_time_s=0.0, max_time_s=30.0, warmup_runs=1,
                            warmup_time_s=0.0)
 #: The method every record has afterwards (what ``perfseer-rt profile`` reads).
 FRESH = hostmem.CLI_METHOD
@@ -144,7 +147,6 @@ def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s
             if k in cpu_signature(env) and cpu_signature(env)[k] != v}
     if diff:
         raise MixedCpuError(f"{folder}: measured on another CPU ({diff}); memory labels do not mix")
-    done, last = 0, time.monotonic()
     with tempfile.TemporaryDirectory(prefix="perfseer-remem-") as tmp, \
             ProcessPoolExecutor(1, initializer=export_worker_init) as pool, \
             ProfileWorker("cpu", fresh=True, timeout_s=timeout_s) as worker:
@@ -155,34 +157,44 @@ def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s
             return pool.submit(export_case, json.dumps(r["config"]), f"{tmp}/{archs[i]}.onnx")
 
         ahead = submit(0)
-        for i, arch in enumerate(tqdm(archs, desc="memory re-measure", disable=not progress)):
-            fut, ahead = ahead, submit(i + 1)
-            items = todo[arch]
-            try:
-                if fut is None:
-                    raise RuntimeError("no export was started")
-                path = fut.result()["path"]
-                batches = sorted({int(r["batch"]) for _, r in items})
-                graphs = dict(zip(batches, extract_batches(path, batches)))
-            except Exception as exc:  # export or extraction fails now: no memory label
-                for part, r in items:
-                    update(r, {"status": "error", "error": f"export/extract: {exc}"}, env)
-                    ds.dirty.add(part)
-                continue
-            measured: dict[int, dict] = {}
+        try:
+            done = _loop(ds, todo, archs, submit, ahead, worker, env, tmp, flush_s, progress)
+        finally:  # an interrupted run keeps what it measured
+            ds.flush()
+    return done
+
+
+def _loop(ds: Dataset, todo: dict[str, list[tuple[Path, dict]]], archs: list[str], submit: Any,
+          ahead: Future | None, worker: ProfileWorker, env: dict, tmp: str, flush_s: float,
+          progress: bool) -> int:
+    done, last = 0, time.monotonic()
+    for i, arch in enumerate(tqdm(archs, desc="memory re-measure", disable=not progress)):
+        fut, ahead = ahead, submit(i + 1)
+        items = todo[arch]
+        try:
+            if fut is None:
+                raise RuntimeError("no export was started")
+            path = fut.result()["path"]
+            batches = sorted({int(r["batch"]) for _, r in items})
+            graphs = dict(zip(batches, extract_batches(path, batches)))
+        except Exception as exc:  # export or extraction fails now: no memory label
             for part, r in items:
-                b = int(r["batch"])
-                if b not in measured:
-                    measured[b] = worker.measure(path, batch=b, settings=SETTINGS)
-                update(r, measured[b], env)
-                ds.set_graph(part, r["graph_key"], graphs[b])
-                done += 1
-            for p in Path(tmp).glob(f"{arch}.onnx*"):
-                p.unlink()
-            if time.monotonic() - last > flush_s:
-                ds.flush()
-                last = time.monotonic()
-        ds.flush()
+                update(r, {"status": "error", "error": f"export/extract: {exc}"}, env)
+                ds.dirty.add(part)
+            continue
+        measured: dict[int, dict] = {}
+        for part, r in items:
+            b = int(r["batch"])
+            if b not in measured:
+                measured[b] = worker.measure(path, batch=b, settings=SETTINGS)
+            update(r, measured[b], env)
+            ds.set_graph(part, r["graph_key"], graphs[b])
+            done += 1
+        for p in Path(tmp).glob(f"{arch}.onnx*"):
+            p.unlink()
+        if time.monotonic() - last > flush_s:
+            ds.flush()
+            last = time.monotonic()
     return done
 
 
