@@ -95,3 +95,24 @@ def test_global_gbm_extrapolates_time_per_flop_beyond_the_largest_model():
     assert (truth - plain.predict(big)).min() > 1.5                # stuck near 1e9: > 4x too low
     with pytest.raises(ValueError, match="offset_scale"):
         GlobalGBM(offset_scale=[1.0, 0.0]).fit(u, t)
+
+
+def test_global_gbm_learns_memory_per_byte_of_weights_and_live_activations():
+    """Peak memory scales with weights plus the activations alive at once
+    (SCALES): a model with 10x the bytes of any seen gets ~10x the memory,
+    and time keeps its per-FLOP scale in the same GBM."""
+    rng = np.random.default_rng(0)
+    w_col, a_col = layout.GLOBAL_COLUMNS.index("weight_total"), layout.GLOBAL_COLUMNS.index("act_live_peak")
+    u = np.abs(rng.normal(size=(400, FG)))
+    u[:, FLOPS_COLUMN] = 10 ** rng.uniform(7, 9, 400)
+    u[:, w_col] = 10 ** rng.uniform(6, 8, 400)          # 1-100 MB of weights
+    u[:, a_col] = 10 ** rng.uniform(5, 8, 400)
+    mem = (1.5 * u[:, w_col] + 2.0 * u[:, a_col]) / 2 ** 20 * (1 + 0.1 * u[:, 0])   # MiB
+    t = np.log(np.stack([u[:, FLOPS_COLUMN] * 1e-9, mem], 1))
+    big = u[:50].copy()
+    big[:, w_col] = big[:, a_col] = 1e9                   # 10x the largest seen
+    truth = np.log((1.5 * big[:, w_col] + 2.0 * big[:, a_col]) / 2 ** 20 * (1 + 0.1 * big[:, 0]))
+    gbm = GlobalGBM(max_iter=200, offset_scale=[1.0, 1.0], metrics=["latency_ms", "peak_mem_mb"]).fit(u, t)
+    assert np.abs(gbm.predict(big)[:, 1] - truth).max() < 0.15   # within ~15 %
+    plain = GlobalGBM(max_iter=200).fit(u, t)
+    assert (truth - plain.predict(big)[:, 1]).min() > 1.5        # trees alone: > 4x too low

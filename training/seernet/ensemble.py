@@ -6,7 +6,7 @@ MAPE (``w = 1`` is SeerNet alone). It ships as one ONNX file with the
 SeerNet contract (same inputs, output ``y [G, M]`` in metric units): the
 exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsembleRegressor``
 nodes on the raw global features ``u`` (the GBM is fitted on them: trees
-need no normalization) plus its per-FLOP offset (:meth:`GlobalGBM.offset`),
+need no normalization) plus its scale offsets (:meth:`GlobalGBM.offset`),
 and the blend. The runtime runs it like any SeerNet (``perfseer_rt/predict/api.py``).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from training.seernet.baselines.gbm import FLOPS_COLUMN, FLOPS_FLOOR, GlobalGBM
+from training.seernet.baselines.gbm import GlobalGBM
 from training.seernet.evaluate import score
 from training.seernet.normalization import Normalization
 
@@ -124,18 +124,20 @@ def export_blend(seernet_path: str | os.PathLike, gbm: GlobalGBM, norm: Normaliz
               f"{p}w": list(weights), f"{p}one_minus_w": [1.0 - w for w in weights]}
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items())
     offset = gbm.offset_scale if gbm.offset_scale is not None else [0.0] * len(metrics)
+    cols, sel, floors = gbm.scale_matrix(len(metrics))
     offsets: dict[str, np.ndarray] = {
-        f"{p}flops_col": np.array([FLOPS_COLUMN], np.int64), f"{p}flops_floor": np.array(FLOPS_FLOOR, np.float32),
-        f"{p}offset_scale": np.asarray(offset, np.float32)}
+        f"{p}scale_cols": cols, f"{p}scale_sel": sel.astype(np.float32),
+        f"{p}scale_floor": floors.astype(np.float32), f"{p}offset_scale": np.asarray(offset, np.float32)}
     graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in offsets.items())
     graph.node.extend(trees + [
         helper.make_node("Concat", z, [f"{p}trees_z"], axis=1),
-        # the per-FLOP offset (GlobalGBM.offset): trees + scale * log(flops_total + floor)
-        helper.make_node("Gather", ["u", f"{p}flops_col"], [f"{p}flops"], axis=1),
-        helper.make_node("Relu", [f"{p}flops"], [f"{p}flops_pos"]),
-        helper.make_node("Add", [f"{p}flops_pos", f"{p}flops_floor"], [f"{p}flops_f"]),
-        helper.make_node("Log", [f"{p}flops_f"], [f"{p}log_flops"]),
-        helper.make_node("Mul", [f"{p}log_flops", f"{p}offset_scale"], [f"{p}offset"]),
+        # each metric's scale offset (GlobalGBM.offset): trees + s * log(u[:, cols] @ sel + floor)
+        helper.make_node("Gather", ["u", f"{p}scale_cols"], [f"{p}scale_u"], axis=1),
+        helper.make_node("Relu", [f"{p}scale_u"], [f"{p}scale_pos"]),
+        helper.make_node("MatMul", [f"{p}scale_pos", f"{p}scale_sel"], [f"{p}scale_sum"]),
+        helper.make_node("Add", [f"{p}scale_sum", f"{p}scale_floor"], [f"{p}scale"]),
+        helper.make_node("Log", [f"{p}scale"], [f"{p}log_scale"]),
+        helper.make_node("Mul", [f"{p}log_scale", f"{p}offset_scale"], [f"{p}offset"]),
         helper.make_node("Add", [f"{p}trees_z", f"{p}offset"], [f"{p}gbm_z"]),
         helper.make_node("Mul", [f"{p}gbm_z", f"{p}y_std"], [f"{p}gbm_zs"]),
         helper.make_node("Add", [f"{p}gbm_zs", f"{p}y_mean"], [f"{p}gbm_log"]),

@@ -36,7 +36,7 @@ from perfseer_rt.predict import uncertainty as ru
 from training.dataset.card import drift
 from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
-from training.seernet.baselines.gbm import PER_FLOP_METRICS, GlobalGBM
+from training.seernet.baselines.gbm import SCALES, GlobalGBM
 from training.seernet.evaluate import metric_unit, score
 from training.seernet.normalization import Normalization
 from training.seernet.plots import plot_predictions
@@ -332,8 +332,8 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig, norm: No
              metrics: list[str]):
     """The GBM fitted on the raw float32 global features (trees need no
     normalization, and so it exports exactly: :mod:`.ensemble`) against the
-    standardized log targets of ``metrics``, times and energy per FLOP
-    (:class:`GlobalGBM`); returns ``(gbm, test pred, val pred)``, both
+    standardized log targets of ``metrics``, each relative to its scale
+    (:class:`GlobalGBM`: time per FLOP, memory per byte); returns ``(gbm, test pred, val pred)``, both
     standardized."""
     width = ps["train"].targets.shape[1]
 
@@ -343,8 +343,8 @@ def _fit_gbm(parts: dict, ps: dict[str, PreparedSet], cfg: TrainConfig, norm: No
     def pred(part: str) -> np.ndarray:
         return gbm.predict(u(part)) if parts[part] else np.zeros((0, width))
 
-    gbm = GlobalGBM(seed=cfg.seed, offset_scale=[1.0 / norm.target_std[m] if m in PER_FLOP_METRICS else 0.0
-                                                 for m in metrics])
+    gbm = GlobalGBM(seed=cfg.seed, offset_scale=[1.0 / norm.target_std[m] if m in SCALES else 0.0
+                                                 for m in metrics], metrics=metrics)
     val = ps["val"]
     gbm.fit(u("train"), ps["train"].targets, u("val") if len(val) else None, val.targets if len(val) else None)
     return gbm, pred("test"), pred("val")
