@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from perfseer_rt.profile import hostmem, nvml
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.record import classify_failure
-from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, timed_loop, warm_up
 from perfseer_rt.profile.worker import ChildDied, JsonChild, serve
 
 TRAIN_FIELDS = (
@@ -58,10 +58,7 @@ TRAIN_FIELDS = (
     "params_count", "torch_settings", "env", "notes",
 )
 
-CPU_SETTINGS = MeasureSettings(min_runs=10, min_time_s=0.5, max_time_s=30.0,
-                               warmup_runs=2, warmup_time_s=0.0)
-CUDA_SETTINGS = MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0,
-                                warmup_runs=3, warmup_time_s=0.3)
+CPU_SETTINGS, CUDA_SETTINGS = PRESETS["train-cpu"], PRESETS["train-cuda"]
 
 Inputs = Sequence[torch.Tensor]
 Builder = Callable[[], tuple[torch.nn.Module, Inputs]]

@@ -15,9 +15,8 @@ import click
 
 from perfseer_rt.cli.common import input_opt, parse_input_shapes
 from perfseer_rt.profile.api import profile as run_profile
-from perfseer_rt.profile.cuda import CUDA_SETTINGS
 from perfseer_rt.profile.session import provider_name
-from perfseer_rt.profile.timing import MeasureSettings
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings
 
 
 def _fmt(v: Any, spec: str = ".3f", unit: str = "") -> str:
@@ -87,7 +86,7 @@ def profile(model: str, provider: str, batch: int | None, inputs: tuple[str, ...
             as_json: bool) -> None:
     """Measure latency, peak memory (and on CUDA utilization and energy) of MODEL."""
     is_cuda = provider_name(provider) == "CUDAExecutionProvider"
-    base = CUDA_SETTINGS if is_cuda else MeasureSettings()
+    base = PRESETS["cuda" if is_cuda else "cpu"]
     min_time = base.min_time_s if min_time is None else min_time
     settings = MeasureSettings(min_runs=min_runs, min_time_s=min_time,
                                max_time_s=max(max_time, min_time),

@@ -16,11 +16,11 @@ from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.inputs import make_inputs, resolve_shapes
 from perfseer_rt.profile.record import RECORD_FIELDS, STATUSES, classify_failure
 from perfseer_rt.profile.session import PROVIDERS, SessionHandle, build_session
-from perfseer_rt.profile.timing import MeasureSettings, latency_stats
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats
 from perfseer_rt.profile.worker import ProfileWorker
 
 __all__ = [
-    "PROVIDERS", "RECORD_FIELDS", "STATUSES", "MeasureSettings", "ProfileWorker",
+    "PRESETS", "PROVIDERS", "RECORD_FIELDS", "STATUSES", "MeasureSettings", "ProfileWorker",
     "SessionHandle", "build_session", "check_cuda", "classify_failure", "environment",
     "finish_record", "latency_stats", "make_inputs", "profile", "resolve_shapes",
 ]

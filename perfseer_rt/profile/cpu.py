@@ -22,7 +22,7 @@ from perfseer_rt.profile import hostmem
 from perfseer_rt.profile.inputs import make_inputs
 from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
 from perfseer_rt.profile.session import build_session, provider_name
-from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, timed_loop, warm_up
 
 
 def measure_cpu(model: str, *, batch: int | None = None,
@@ -46,7 +46,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
         to load or run gives status ``"error"``/``"oom"``. User errors
         (unknown provider, unresolved shapes) raise PerfSeerError.
     """
-    settings = settings or MeasureSettings()
+    settings = settings or PRESETS["cpu"]
     common: dict[str, Any] = dict(provider_requested=provider_name("cpu"), threads=threads, batch=batch,
                   model=str(model))
     hostmem.fix_mmap_threshold()  # no-op in the worker's child: fixed at its start-up

@@ -27,10 +27,7 @@ from perfseer_rt.profile import nvml
 from perfseer_rt.profile.inputs import make_inputs
 from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
 from perfseer_rt.profile.session import build_session, provider_name
-from perfseer_rt.profile.timing import MeasureSettings, latency_stats, timed_loop, warm_up
-
-CUDA_SETTINGS = MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0,
-                                warmup_runs=5, warmup_time_s=0.3)
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, timed_loop, warm_up
 
 _context_ready: set[int] = set()
 
@@ -100,7 +97,7 @@ def measure_cuda(model: str, *, batch: int | None = None,
         DeviceError: no NVIDIA driver, CUDA provider missing, or the session
             fell back to the CPU.
     """
-    settings = settings or CUDA_SETTINGS
+    settings = settings or PRESETS["cuda"]
     opts = {**(provider_options or {}), "device_id": device_id}
     common: dict[str, Any] = dict(provider_requested=provider_name("cuda"), batch=batch, model=str(model))
     try:

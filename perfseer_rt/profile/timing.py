@@ -59,6 +59,27 @@ class MeasureSettings:
         return cls(**(d or {}))
 
 
+#: Every measurement preset, by name: the one place where settings are defined.
+#: ``cpu``/``cuda``: ``perfseer-rt profile`` (its options override them);
+#: ``campaign-*``: the campaign's inference targets (``--min-time`` etc. override);
+#: ``train-*``: one optimizer step in torch; ``dry-run``: a CUDA target's path on
+#: the CPU; ``memory``: peak memory only (the run peak is read before the timed
+#: loop, so one timed run is enough: ``training.campaign.remeasure_memory``).
+PRESETS: dict[str, MeasureSettings] = {
+    "cpu": MeasureSettings(),
+    "cuda": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0, warmup_runs=5, warmup_time_s=0.3),
+    "campaign-cpu": MeasureSettings(min_runs=5, min_time_s=0.4, max_time_s=10.0, warmup_runs=2),
+    "campaign-cuda-inference": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=4.0, warmup_runs=5,
+                                               warmup_time_s=0.3),
+    "campaign-cuda-train": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=4.0, warmup_runs=3,
+                                           warmup_time_s=0.3),
+    "train-cpu": MeasureSettings(min_runs=10, min_time_s=0.5, max_time_s=30.0, warmup_runs=2, warmup_time_s=0.0),
+    "train-cuda": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0, warmup_runs=3, warmup_time_s=0.3),
+    "dry-run": MeasureSettings(min_runs=3, min_time_s=0.02, max_time_s=1.0, warmup_runs=1, warmup_time_s=0.0),
+    "memory": MeasureSettings(min_runs=1, min_time_s=0.0, max_time_s=30.0, warmup_runs=1, warmup_time_s=0.0),
+}
+
+
 def warm_up(run_once: Callable[[], object], settings: MeasureSettings) -> int:
     """Run untimed until ``warmup_runs`` and ``warmup_time_s`` are both met.
 

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
 from perfseer_rt import errors
-from perfseer_rt.profile.cuda import CUDA_SETTINGS
 from perfseer_rt.profile.record import failure_record
-from perfseer_rt.profile.timing import MeasureSettings
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings
 
 DEFAULT_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0
@@ -290,7 +289,5 @@ class ProfileWorker:
 
 
 def default_settings(provider: str) -> MeasureSettings:
-    """CPU: >= 10 runs and >= 0.5 s; CUDA: >= 10 runs and >= 1 s (NVML window)."""
-    if provider == "cuda":
-        return CUDA_SETTINGS
-    return MeasureSettings()
+    """``PRESETS[provider]``: CPU >= 10 runs and >= 0.5 s; CUDA >= 10 runs and >= 1 s (NVML window)."""
+    return PRESETS["cuda" if provider == "cuda" else "cpu"]

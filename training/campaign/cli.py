@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.profile import MeasureSettings, check_cuda, environment
+from perfseer_rt.profile import PRESETS, MeasureSettings, check_cuda, environment
 from training.campaign import loop
 from training.campaign.plan import GPU_BATCHES, REFERENCE_SPECS, CpuPlan, FixedPlan
 from training.campaign.store import MixedCpuError, MixedMethodsError, Store
@@ -96,11 +96,9 @@ def measure_settings(a: argparse.Namespace) -> MeasureSettings:
     if a.dry_run:
         base = DRY_SETTINGS
     elif TARGETS[a.target][1] == "cuda":
-        base = MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=4.0,
-                               warmup_runs=5 if a.target == "cuda-inference" else 3,
-                               warmup_time_s=0.3)
+        base = PRESETS["campaign-cuda-inference" if a.target == "cuda-inference" else "campaign-cuda-train"]
     else:
-        base = MeasureSettings(min_runs=5, min_time_s=0.4, max_time_s=10.0, warmup_runs=2)
+        base = PRESETS["campaign-cpu"]
     d = base.to_dict()
     for key, value in (("min_time_s", a.min_time), ("min_runs", a.min_runs),
                        ("max_time_s", a.max_time), ("warmup_runs", a.warmup_runs)):

@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from perfseer_rt.graph.extract import extract_batches
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.profile import MeasureSettings, ProfileWorker, environment, hostmem
+from perfseer_rt.profile import PRESETS, ProfileWorker, environment, hostmem
 from training.campaign.store import MixedCpuError, cpu_signature
 from training.campaign.zoo_cases import export_case, export_worker_init
 from training.seernet.data import read_graph_shard, write_graph_shard
@@ -57,8 +57,7 @@ from training.seernet.data import read_graph_shard, write_graph_shard
 #: Settings of the memory measurement: the profiler reads the run phase's peak
 #: after the warm-up and one more run, before the timed loop, so one timed run
 #: is enough (its latency is kept only as ``memory_remeasured.latency_ms_now``).
-SETTINGS = MeasureSettings(min_runs=1, min_time_s=0.0, max_time_s=30.0, warmup_runs=1,
-                           warmup_time_s=0.0)
+SETTINGS = PRESETS["memory"]
 #: The method every record has afterwards (what ``perfseer-rt profile`` reads).
 FRESH = hostmem.CLI_METHOD
 #: Memory fields replaced (``quality`` keys; ``metrics.peak_mem_mb`` too).

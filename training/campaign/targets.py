@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfseer_rt.profile import MeasureSettings, ProfileWorker, environment
+from perfseer_rt.profile import PRESETS, MeasureSettings, ProfileWorker, environment
 
 #: target name -> (kind, device type)
 TARGETS = {"cpu-inference": ("inference", "cpu"), "cuda-inference": ("inference", "cuda"),
@@ -32,8 +32,7 @@ METRICS = {"inference": ("latency_ms", "peak_mem_mb", "sm_util_pct", "gpm_sm_act
            "train": ("step_ms", "peak_mem_mb", "sm_util_pct", "gpm_sm_active_pct", "energy_mj")}
 #: The time field of each kind (``<time>_ms``, ``<time>_robust_cv``...).
 TIME = {"inference": "latency", "train": "step"}
-DRY_SETTINGS = MeasureSettings(min_runs=3, min_time_s=0.02, max_time_s=1.0, warmup_runs=1,
-                               warmup_time_s=0.0)
+DRY_SETTINGS = PRESETS["dry-run"]
 
 
 @dataclass
