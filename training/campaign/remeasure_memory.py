@@ -181,10 +181,10 @@ def _loop(ds: Dataset, todo: dict[str, list[tuple[Path, dict]]], archs: list[str
                 update(r, {"status": "error", "error": f"export/extract: {exc}"}, env)
                 ds.dirty.add(part)
             continue
-        measured: dict[int, dict] = {}
-        for part, r in items:
-            b = int(r["batch"])
-            if b not in measured:
+        measured: dict[int, dict] = {}  # one measurement per batch size, except that the
+        for part, r in items:            # reference re-measures are each measured again (their
+            b = int(r["batch"])          # spread is the data card's noise floor)
+            if b not in measured or r.get("reference"):
                 measured[b] = worker.measure(path, batch=b, settings=SETTINGS)
             update(r, measured[b], env)
             ds.set_graph(part, r["graph_key"], graphs[b])
