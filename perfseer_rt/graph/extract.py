@@ -32,6 +32,7 @@ from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channe
                                    check_spatial_attrs, is_known, node_cost, read_attr_list,
                                    read_attrs)
 from perfseer_rt.graph.perfgraph import PerfGraph
+from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
 from perfseer_rt.graph.structure import structure_globals
 from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
                                       weight_inputs)
@@ -273,6 +274,27 @@ class _Structure:
         self.const, self.kept = fold_static(proto, inits, self.table)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
+        self.fast = _fast_setup(proto)
+        self.folded = set(range(len(self.table))) - set(self.kept)
+
+    def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
+                  ) -> dict[str, TypedShape] | None:
+        """Shapes from :mod:`perfseer_rt.graph.propagate`, or None where it
+        gives up (onnx's inference on the skeleton then decides)."""
+        if self.fast is None:
+            return None
+        typed_inits, input_elems, constants, late, opset = self.fast
+        typed = dict(typed_inits)
+        for n, elem in input_elems:
+            typed[n] = (elem, inputs[n])
+        if long_1d(typed):
+            return None
+        try:
+            return Propagation(self.table, self.folded, typed, constants, late, self.proto,
+                               opset).run(self.kept, deadline)
+        except GiveUp as exc:
+            log.debug("%s: shape propagation gave up (%s)", self.name, exc)
+            return None
 
     def skeleton_for(self, inputs, reuse: bool) -> onnx.ModelProto:
         """The shape-inference skeleton with these input shapes; with
@@ -293,6 +315,29 @@ class _Structure:
         return sk
 
 
+def _fast_setup(proto: onnx.ModelProto):
+    """What :meth:`_Structure.propagate` needs of the model, or None where
+    the pass does not apply (IR < 4: onnx does not type initializers that are
+    not inputs; model-local functions; no or ambiguous default opset;
+    repeated initializer names)."""
+    versions = [imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")]
+    g = proto.graph
+    if proto.ir_version < 4 or len(proto.functions) or len(versions) != 1:
+        return None
+    typed = {t.name: (t.data_type, tuple(t.dims)) for t in g.initializer}
+    if len(typed) != len(g.initializer):
+        return None
+    for t in g.sparse_initializer:
+        if t.values.name in typed:
+            return None
+        typed[t.values.name] = (t.values.data_type, tuple(t.dims))
+    elems = [(vi.name, vi.type.tensor_type.elem_type) for vi in graph_inputs(proto)]
+    if any(n in typed for n, _ in elems) or len({n for n, _ in elems}) != len(elems):
+        return None
+    constants, late = value_sources(proto)
+    return typed, elems, constants, late, versions[0]
+
+
 def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
     return _extract_shaped(_Structure(proto, name, max_nodes), batch, input_shapes, dims,
                            deadline, depth)
@@ -303,9 +348,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     """The PerfGraph of a validated, folded model at one set of input shapes."""
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
-    sk = st.skeleton_for(inputs, reuse_skeleton)
     const, kept = st.const, st.kept
-    sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
     if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
@@ -323,13 +366,19 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             needed.update(ins_)
         needed.update(outs_)
     needed.discard("")
-    kept_set = set(kept)
-    folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
-    shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
-    all_outs = {o for outs_ in node_outs for o in outs_ if o}
-    if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
-        shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
-                                           folded, deadline, proto)
+    fast = st.propagate(inputs, deadline)
+    if fast is not None:
+        shapes, engine = fast, "perfseer"
+    else:
+        sk = st.skeleton_for(inputs, reuse_skeleton)
+        sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
+        kept_set = set(kept)
+        folded = [n for i, n in enumerate(sk_nodes) if i not in kept_set]
+        shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
+        all_outs = {o for outs_ in node_outs for o in outs_ if o}
+        if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
+            shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
+                                               folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -402,8 +451,8 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
         attributes = rows[k][5]
         if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
-            cost, ruled, note = _control_flow_cost(sk_nodes[kept[k]], proto, shapes, max_nodes,
-                                                   deadline, depth)
+            cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
+                                                   max_nodes, deadline, depth)
             if note:
                 control_notes.append(note)
         else:
