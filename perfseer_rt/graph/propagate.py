@@ -286,7 +286,7 @@ def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | N
     for i in range(n):
         num = xs[2 + i] + pads[i] + pads[i + n] - eff[i]
         out.append(_c_div(num, strides[i]) + 1)
-    return tuple(out)
+    return tuple(out) if min(out) >= 0 else None
 
 
 def _conv(ins, val, attrs, n_out, since):
@@ -408,7 +408,7 @@ def _reshape(ins, val, attrs, n_out, since):
 
 def _transpose(ins, val, attrs, n_out, since):
     x = ins[0]
-    if x is None:
+    if x is None or not x[1]:
         return None
     r = len(x[1])
     perm = _ints_attr(attrs, "perm")
@@ -502,7 +502,7 @@ def _slice(ins, val, attrs, n_out, since):
         return None
     if axes is None:
         axes = list(range(len(starts)))
-    elif len(axes) != len(starts) or any(not -r <= a < r for a in axes):
+    if len(axes) != len(starts) or any(not -r <= a < r for a in axes):
         return None
     axes = [a + r if a < 0 else a for a in axes]
     if len(set(axes)) != len(axes):
@@ -656,7 +656,8 @@ RULES: dict[str, tuple[Rule, int]] = {
     **{op: (_same, 6) for op in (
         "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal",
         "Floor", "Ceil", "HardSigmoid", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign")},
-    **{op: (_same, 1) for op in ("Not", "Identity", "Sin", "Cos", "Tan", "Round", "Sign",
+    "Not": (_to_bool, 1),
+    **{op: (_same, 1) for op in ("Identity", "Sin", "Cos", "Tan", "Round", "Sign",
                                  "Erf", "HardSwish", "Gelu", "Celu", "Mish", "ThresholdedRelu")},
     "Clip": (_same, 11), "IsNaN": (_to_bool, 9), "IsInf": (_to_bool, 10),
     **{op: (_binary, 7) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift")},
@@ -682,7 +683,7 @@ RULES: dict[str, tuple[Rule, int]] = {
 def _np_binary(fn):
     def run(args, attrs, out):
         a, b = args
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype or a.dtype.kind not in "iuf":
             return None
         return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
     return run
@@ -701,7 +702,7 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _v_mod(args, attrs, out):
     a, b = args
-    if a.dtype != b.dtype or attrs.get("fmod", 0) not in (0, 1):
+    if a.dtype != b.dtype or a.dtype.kind not in "iuf" or attrs.get("fmod", 0) not in (0, 1):
         return None
     if np.issubdtype(a.dtype, np.integer) and not b.all():
         return None
@@ -787,8 +788,8 @@ VALUES: dict[str, Callable[[list[np.ndarray], Attrs, TypedShape], np.ndarray | N
     "GreaterOrEqual": _v_compare(np.greater_equal),
     "And": _v_compare(np.logical_and), "Or": _v_compare(np.logical_or),
     "Not": lambda a, at, o: np.logical_not(a[0]),
-    "Neg": lambda a, at, o: np.negative(a[0]),
-    "Abs": lambda a, at, o: np.absolute(a[0]),
+    "Neg": lambda a, at, o: np.negative(a[0]) if a[0].dtype.kind in "if" else None,
+    "Abs": lambda a, at, o: np.absolute(a[0]) if a[0].dtype.kind in "iuf" else None,
     "Where": lambda a, at, o: np.where(a[0], a[1], a[2]) if a[1].dtype == a[2].dtype else None,
     "Expand": lambda a, at, o: np.broadcast_to(a[0], o[1]).copy(),
     "ConstantOfShape": _v_constant_of_shape,
