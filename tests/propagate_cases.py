@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer_rt.graph import propagate as P
+from perfseer_rt.graph.nodes import read_attrs
 
 UNARY = ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Neg", "Identity", "HardSwish", "Gelu",
          "LeakyRelu", "Clip", "IsNaN", "Not", "Softplus")
@@ -271,13 +272,13 @@ def ours(op, opset, ins, attrs, n_out):
     """The rule's output types, or None where it leaves the node to onnx."""
     node = make_node(op, ins, attrs, n_out)
     values = {n: v for n, _, _, v in ins if v is not None}
-    schema = P._schema(op, opset)
-    rule, since = P.RULES[op]
-    if schema is None or schema.since_version < since:
-        return None
     try:
+        rule, since = P._rule_at(op, opset)
+        attrs, tensors, _, loose = read_attrs(node.attribute)
+        if rule is None or loose:
+            return None
         return rule([(e, tuple(s)) for _, e, s, _ in ins], lambda pos: values.get(ins[pos][0]),
-                    P.read_attrs(node.attribute), n_out, schema.since_version)
+                    {**attrs, **tensors}, n_out, since)
     except P.GiveUp:
         return None
 
@@ -355,7 +356,8 @@ def check_values(n: int, seed: int = 0) -> tuple[int, int, list[str]]:
         if not typed or n_out != 1 or typed[0] is None:
             continue
         node = make_node(op, ins, attrs, n_out)
-        at = P.read_attrs(node.attribute)
+        plain, tensors, _, _ = read_attrs(node.attribute)
+        at = {**plain, **tensors}
         try:
             with np.errstate(all="ignore"):
                 got = P.VALUES[op]([v for *_, v in ins], at, typed[0])

@@ -89,8 +89,8 @@ def test_a_value_that_disagrees_with_its_inferred_type_gives_up():
     pr.shapes["c"] = (7, (2,))
     pr.producer["c"] = 0
     pr.folded = {0}
-    pr.table = [("Constant", "", "", (), ("c",), [])]
-    pr.attrs[0] = {"value_ints": [1, 2, 3]}  # 3 values where the type says 2
+    # 3 values where the type says 2
+    pr.table = [("Constant", "", "", (), ("c",), {"value_ints": [1, 2, 3]}, {}, [], False)]
     with pytest.raises(propagate.GiveUp):
         pr.value("c")
 

@@ -28,9 +28,9 @@ from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
+from perfseer_rt.graph.nodes import ATTRS, OTHER, Row, attribute_names, has_subgraph, node_table
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
-                                   check_spatial_attrs, is_known, node_cost, read_attr_list,
-                                   read_attrs)
+                                   check_spatial_attrs, is_known, node_cost)
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
 from perfseer_rt.graph.structure import structure_globals
@@ -129,7 +129,7 @@ def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | N
     return _guarded(model, work)
 
 
-def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = None) -> int:
+def count_nodes(graph: onnx.GraphProto, cap: int, table: list[Row] | None = None) -> int:
     """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
     total = len(graph.node)
     stack = []
@@ -137,7 +137,8 @@ def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = 
         stack.append(graph)
     else:  # the top graph's attributes from the table
         for row in table:
-            total += _push_subgraphs(row[5], stack)
+            if row[OTHER]:
+                total += _push_subgraphs(row[OTHER], stack)
     while stack and total <= cap:
         for node in stack.pop().node:
             total += _push_subgraphs(node.attribute, stack)
@@ -159,7 +160,7 @@ def _push_subgraphs(attributes: Iterable[onnx.AttributeProto], stack: list[onnx.
 
 
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
-              table: list[NodeRow] | None = None) -> None:
+              table: list[Row] | None = None) -> None:
     """Node cap, element types and initializer dims, before any arithmetic."""
     g = proto.graph
     table = node_table(g) if table is None else table
@@ -168,10 +169,10 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
-    for k, row in enumerate(table):
+    for row in table:
         if row[0] in SPATIAL_OPS:
             try:
-                check_spatial_attrs(read_attrs(g.node[k]))
+                check_spatial_attrs(row[ATTRS])
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
     inits = {t.name for t in g.initializer}
@@ -209,16 +210,17 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 
 
-def _check_names(g: onnx.GraphProto, name: str, table: list[NodeRow]) -> None:
+def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
     texts: list = []
-    for op, node_name, domain, ins, outs, attrs in table:
+    for row in table:
+        op, node_name, domain, ins, outs = row[:5]
         texts += (node_name, op, domain)
         texts += ins
         texts += outs
-        if attrs:
-            texts += [a.name for a in attrs]
+        if row[5] or row[6] or row[7]:
+            texts += attribute_names(row)
     texts += [v.name for v in g.input]
     texts += [v.name for v in g.output]
     texts += [v.name for v in g.value_info]
@@ -243,17 +245,6 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     n = 8 * (len(t.float_data) + len(t.int32_data) + len(t.int64_data) + len(t.double_data)
              + len(t.uint64_data)) + sum(len(x) for x in t.string_data)
     return n or None
-
-
-#: One node's protobuf fields, read once: (op_type, name, domain, inputs,
-#: outputs, attributes). Every protobuf field access costs ~0.2 us, and
-#: validation, folding and costing all walk every node.
-NodeRow = tuple
-
-
-def node_table(graph: onnx.GraphProto) -> list[NodeRow]:
-    return [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output), list(n.attribute))
-            for n in graph.node]
 
 
 class _Structure:
@@ -449,14 +440,13 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
                for pos, t in enumerate(node_in)]
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
-        attributes = rows[k][5]
-        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
+        if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
                                                    max_nodes, deadline, depth)
             if note:
                 control_notes.append(note)
         else:
-            cost, ruled = node_cost(op, ins, outs, read_attr_list(attributes) if attributes else {})
+            cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
         first_typed = None
         for t in (*node_in, *node_out):

@@ -57,7 +57,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-import onnx
 
 from perfseer_rt.errors import GraphError
 from perfseer_rt.graph import dtypes
@@ -434,34 +433,3 @@ def dtype_itemsize(elem_type: int) -> float:
         GraphError: UNDEFINED, STRING or unknown types (see :mod:`dtypes`).
     """
     return dtypes.itemsize(elem_type)
-
-
-_AT = onnx.AttributeProto
-
-
-def read_attrs(node: onnx.NodeProto) -> dict:
-    """The node's numeric and string attributes as plain Python values
-    (strings decoded as UTF-8 with replacement); tensors, graphs and string
-    lists are skipped, since no cost rule reads them."""
-    return read_attr_list(node.attribute)
-
-
-def read_attr_list(attributes) -> dict:
-    """:func:`read_attrs` of a node's attribute list."""
-    out: dict = {}
-    for a in attributes:
-        t = a.type
-        if t == _AT.UNDEFINED:  # very old files leave the type unset
-            t = (_AT.INTS if a.ints else _AT.FLOATS if a.floats else _AT.STRING if a.s
-                 else _AT.INT if a.HasField("i") else _AT.FLOAT if a.HasField("f") else 0)
-        if t == _AT.INT:
-            out[a.name] = a.i
-        elif t == _AT.INTS:
-            out[a.name] = list(a.ints)
-        elif t == _AT.FLOAT:
-            out[a.name] = a.f
-        elif t == _AT.FLOATS:
-            out[a.name] = list(a.floats)
-        elif t == _AT.STRING:
-            out[a.name] = a.s.decode("utf-8", "replace")
-    return out

@@ -21,6 +21,7 @@ two on real models, built graphs and fuzzed ones, rule by rule and whole.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,12 +30,10 @@ import onnx
 from onnx import numpy_helper
 
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_SHAPE_LEN, Deadline
+from perfseer_rt.graph.nodes import Attrs, Row
 
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]
-#: One node's fields, as :func:`perfseer_rt.graph.extract.node_table` reads them.
-Row = tuple[str, str, str, tuple[str, ...], tuple[str, ...], list[onnx.AttributeProto]]
-Attrs = dict[str, Any]
 #: A rule: (input types, a value getter by input position, attributes,
 #: number of outputs, opset version of the op's schema) -> output types, or
 #: None when onnx's own inference must decide.
@@ -64,30 +63,6 @@ class GiveUp(Exception):
 
 
 # --------------------------------------------------------------------- attributes
-def read_attrs(attributes: Sequence[onnx.AttributeProto]) -> Attrs:
-    """Attributes by name as plain values, strictly: an attribute whose type
-    is unset or not one these rules read raises :class:`GiveUp` (onnx reads
-    fields by presence, not by type, and the rules do not model that)."""
-    out: Attrs = {}
-    for a in attributes:
-        t = a.type
-        if t == _AT.INT:
-            out[a.name] = a.i
-        elif t == _AT.INTS:
-            out[a.name] = a.ints[:]
-        elif t == _AT.FLOAT:
-            out[a.name] = a.f
-        elif t == _AT.STRING:
-            out[a.name] = a.s
-        elif t == _AT.FLOATS:
-            out[a.name] = a.floats[:]
-        elif t == _AT.TENSOR:
-            out[a.name] = a.t
-        else:
-            raise GiveUp(f"attribute {a.name!r} of type {t}")
-    return out
-
-
 def _int_attr(attrs: Attrs, name: str, default: int) -> int:
     """An INT attribute that onnx reads as a C ``int``."""
     v = attrs.get(name, default)
@@ -268,14 +243,14 @@ def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | N
     if pads is None:
         pads = [0] * (2 * n)
         auto = attrs.get("auto_pad")
-        if auto is not None and type(auto) is not bytes:
+        if auto is not None and type(auto) is not str:
             return None
-        if auto in (b"SAME_UPPER", b"SAME_LOWER"):
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
             for i in range(n):
                 residual = xs[2 + i] % strides[i] if strides[i] > 1 else 0
                 total = max((eff[i] - strides[i]) if residual == 0 else (eff[i] - residual), 0)
                 small, big = total >> 1, total - (total >> 1)
-                pads[i], pads[i + n] = (small, big) if auto == b"SAME_UPPER" else (big, small)
+                pads[i], pads[i + n] = (small, big) if auto == "SAME_UPPER" else (big, small)
     if kernel_from_w:
         w = ins[1][1]
         if len(w) < 1:
@@ -817,15 +792,16 @@ class Propagation:
     """One pass over a model's nodes (see the module docstring).
 
     Args:
-        table: the graph's node rows in graph order.
+        table: the graph's node table (:mod:`perfseer_rt.graph.nodes`).
         folded: indices of the nodes that fold to constants.
         typed: element type and static shape of every graph input and
-            initializer (as the skeleton declares them).
+            initializer (as the skeleton declares them); filled in place.
         constants: name -> TensorProto of the initializers whose values
             onnx's inference may read (see :func:`value_sources`).
         late: names among ``constants`` that only the per-node completion
             of :func:`perfseer_rt.graph.shapes.infer_shapes` reads.
         model: the model (for per-node onnx inference of other ops).
+        opset: the model's default-domain opset.
     """
 
     def __init__(self, table: list[Row], folded: set[int], typed: dict[str, TypedShape],
@@ -840,7 +816,6 @@ class Propagation:
         self.opset = opset
         self.values: dict[str, np.ndarray | None] = {}
         self.producer: dict[str, int] = {}
-        self.attrs: dict[int, Attrs] = {}
         self.used_late = False
 
     def run(self, kept: list[int], deadline: Deadline | None) -> dict[str, TypedShape]:
@@ -848,16 +823,14 @@ class Propagation:
         shapes = self.shapes
         kept_set = set(kept)
         producer = self.producer
-        opset = self.opset
-        for k, (op, _, domain, ins, outs, attributes) in enumerate(self.table):
+        value = self.value
+        rules = _rules_at(self.opset)
+        for k, row in enumerate(self.table):
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
-            if domain:
-                raise GiveUp(f"domain {domain!r}")
-            entry = RULES.get(op)
-            attrs = read_attrs(attributes) if attributes else {}
-            if attrs:
-                self.attrs[k] = attrs
+            op, _, domain, ins, outs, attrs, tensors, _, loose = row
+            if domain or loose:
+                raise GiveUp(f"domain {domain!r}" if domain else "attribute read by presence")
             for o in outs:
                 if o:
                     if o in shapes or o in producer:
@@ -865,49 +838,36 @@ class Propagation:
                     producer[o] = k
             in_types = [shapes.get(i) if i else None for i in ins]
             result = None
-            if op == "Constant":
-                result = self._constant(attrs, len(outs))
-            elif entry is not None:
-                schema = _schema(op, opset)
-                if schema is None:
-                    raise GiveUp(f"no schema for {op}")
-                if schema.since_version >= entry[1]:
-                    result = entry[0](in_types, lambda pos, ins=ins: self.value(ins[pos]),
-                                      attrs, len(outs), schema.since_version)
+            entry = rules.get(op)
+            if entry is None:
+                entry = rules[op] = _rule_at(op, self.opset)
+            rule, since = entry
+            if rule is not None:
+                if tensors:
+                    attrs = {**attrs, **tensors}
+                result = rule(in_types, lambda pos, ins=ins: value(ins[pos]), attrs, len(outs),
+                              since)
             if result is None:
-                result = self._onnx_node(k, op, ins, in_types, len(outs))
-            for o, typed in zip(outs, result or ()):
+                result = self._onnx_node(k, op, ins, in_types)
+            for o, typed in zip(outs, result):
                 if o and typed is not None:
                     shape = typed[1]
                     if shape and (min(shape) < 0 or max(shape) >= _MAX_DIM):
                         raise GiveUp("dim out of range")
                     shapes[o] = typed
             if k in kept_set:
-                for t in (*ins, *outs):
+                for t in ins:
+                    if t and t not in shapes:
+                        raise GiveUp(f"tensor {t!r} of a kept node unresolved")
+                for t in outs:
                     if t and t not in shapes:
                         raise GiveUp(f"tensor {t!r} of a kept node unresolved")
         if self.used_late and not self.folded:
             raise GiveUp("an initializer value onnx's first pass does not read")
         return shapes
 
-    def _constant(self, attrs: Attrs, n_out: int) -> list[TypedShape] | None:
-        if n_out != 1 or len(attrs) != 1:
-            return None
-        (name, v), = attrs.items()
-        if name == "value" and isinstance(v, onnx.TensorProto):
-            return [(v.data_type, tuple(v.dims))]
-        if name == "value_int" and type(v) is int:
-            return [(INT64, ())]
-        if name == "value_ints" and type(v) is list:
-            return [(INT64, (len(v),))]
-        if name == "value_float" and type(v) is float:
-            return [(FLOAT, ())]
-        if name == "value_floats" and type(v) is list:
-            return [(FLOAT, (len(v),))]
-        return None
-
     def _onnx_node(self, k: int, op: str, ins: tuple[str, ...],
-                   in_types: list[TypedShape | None], n_out: int) -> list[TypedShape | None]:
+                   in_types: list[TypedShape | None]) -> list[TypedShape | None]:
         """onnx's inference of one standard node (the rules' fallback)."""
         schema = _schema(op, self.opset)
         if schema is None:
@@ -938,57 +898,54 @@ class Propagation:
     def value(self, name: str) -> np.ndarray | None:
         """The value of a constant tensor, computed on first use (None when
         onnx's inference would not know it either)."""
-        if name in self.values:
-            return self.values[name]
+        values = self.values
+        if name in values:
+            return values[name]
         stack = [name]
         while stack:
             t = stack[-1]
-            if t in self.values:
+            if t in values:
                 stack.pop()
                 continue
             k = self.producer.get(t)
             if k is None or k not in self.folded:
-                self.values[t] = self._initializer_value(t) if k is None else None
+                values[t] = self._initializer_value(t) if k is None else None
                 stack.pop()
                 continue
-            op, _, _, ins, outs, _ = self.table[k]
-            pending = [i for i in ins if i and i not in self.values]
-            if pending and op not in ("Shape", "Size"):
-                if len(stack) > 10_000:
-                    return None
-                stack.extend(pending)
-                continue
+            row = self.table[k]
+            op, ins = row[0], row[3]
+            if op not in ("Shape", "Size", "Constant"):
+                pending = [i for i in ins if i and i not in values]
+                if pending:
+                    if len(stack) > 10_000:
+                        return None
+                    stack.extend(pending)
+                    continue
             stack.pop()
-            self._node_value(k, op, ins, outs)
-        return self.values[name]
+            self._node_value(row)
+        return values[name]
 
     def _initializer_value(self, name: str) -> np.ndarray | None:
         t = self.constants.get(name)
         if t is None:
             return None
-        try:
-            v = numpy_helper.to_array(t)
-        except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
-            return None
-        if name in self.late:
+        v = tensor_value(t)
+        if v is not None and name in self.late:
             self.used_late = True
         return v
 
-    def _node_value(self, k: int, op: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> None:
-        """Compute (or mark unknown) the values of folded node ``k``'s outputs."""
+    def _node_value(self, row: Row) -> None:
+        """Compute (or mark unknown) the values of a folded node's outputs."""
+        op, _, _, ins, outs, attrs, tensors = row[:7]
         for o in outs:
             self.values.setdefault(o, None)
-        typed = [self.shapes.get(o) for o in outs]
-        if len(outs) != 1 or not outs[0] or typed[0] is None:
+        out = self.shapes.get(outs[0]) if len(outs) == 1 and outs[0] else None
+        if out is None or math.prod(out[1]) > MAX_CONST_ELEMS:
             return
-        out = typed[0]
-        if math.prod(out[1]) > MAX_CONST_ELEMS:
-            return
-        attrs = self.attrs.get(k, {})
         val: np.ndarray | None
         try:
             if op == "Constant":
-                val = _constant_value(attrs)
+                val = _constant_value(attrs, tensors)
             elif op in ("Shape", "Size"):
                 x = self.shapes.get(ins[0]) if ins and ins[0] else None
                 if x is None:
@@ -996,7 +953,7 @@ class Propagation:
                 if op == "Size":
                     val = np.array(math.prod(x[1]), dtype=np.int64)
                 else:
-                    start, end = _shape_slice(len(x[1]), attrs, _schema(op, self.opset).since_version)
+                    start, end = _shape_slice(len(x[1]), attrs, _rules_at(self.opset)[op][1])
                     val = np.array(x[1][start:end], dtype=np.int64)
             else:
                 fn = VALUES.get(op)
@@ -1004,6 +961,8 @@ class Propagation:
                 if fn is None or not ins or any(i and a is None for i, a in zip(ins, args)) or any(
                         a is not None and a.size > MAX_CONST_ELEMS for a in args):
                     return
+                if tensors:
+                    attrs = {**attrs, **tensors}
                 with np.errstate(all="ignore"):
                     val = fn(args, attrs, out)
         except GiveUp:
@@ -1018,17 +977,73 @@ class Propagation:
         self.values[outs[0]] = val
 
 
-def _constant_value(attrs: Attrs) -> np.ndarray | None:
+_RULES_AT: dict[int, dict[str, tuple[Rule | None, int]]] = {}
+
+
+def _rules_at(opset: int) -> dict[str, tuple[Rule | None, int]]:
+    """op -> (rule or None, the op's schema since_version) at an opset,
+    filled as ops are met (cached per process)."""
+    return _RULES_AT.setdefault(opset, {})
+
+
+def _rule_at(op: str, opset: int) -> tuple[Rule | None, int]:
+    if op == "Constant":
+        return _constant, 1
+    schema = _schema(op, opset)
+    if schema is None:
+        raise GiveUp(f"no schema for {op} at opset {opset}")
+    entry = RULES.get(op)
+    if entry is None or schema.since_version < entry[1]:
+        return None, schema.since_version
+    return entry[0], schema.since_version
+
+
+def _constant(ins, val, attrs, n_out, since):
+    if n_out != 1 or len(attrs) != 1:
+        return None
     (name, v), = attrs.items()
-    if name == "value":
-        if v.data_type not in _NP or v.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        return numpy_helper.to_array(v)
-    if name == "value_int":
-        return np.array(v, dtype=np.int64)
-    if name == "value_ints":
+    if name == "value" and isinstance(v, onnx.TensorProto):
+        return [(v.data_type, tuple(v.dims))]
+    if name == "value_int" and type(v) is int:
+        return [(INT64, ())]
+    if name == "value_ints" and type(v) is list:
+        return [(INT64, (len(v),))]
+    if name == "value_float" and type(v) is float:
+        return [(FLOAT, ())]
+    if name == "value_floats" and type(v) is list:
+        return [(FLOAT, (len(v),))]
+    return None
+
+
+def _constant_value(attrs: Attrs, tensors: dict[str, onnx.TensorProto]) -> np.ndarray | None:
+    if len(attrs) + len(tensors) != 1:
+        return None
+    if tensors:
+        t = tensors.get("value")
+        return None if t is None or t.data_type not in _NP else tensor_value(t)
+    (name, v), = attrs.items()
+    if name in ("value_int", "value_ints"):
         return np.array(v, dtype=np.int64)
     return None
+
+
+def tensor_value(t: onnx.TensorProto) -> np.ndarray | None:
+    """The value of a TensorProto with data in the file (None: external or
+    undecodable data), as ``numpy_helper.to_array`` gives it; raw data of the
+    plain numeric types without its overhead."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        dtype = _NP.get(t.data_type)
+        if dtype is not None and t.HasField("raw_data") and not t.HasField("segment") \
+                and _LITTLE_ENDIAN:
+            return np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
+        return numpy_helper.to_array(t)
+    except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
+        return None
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def _static(tp: onnx.TypeProto) -> TypedShape | None:
