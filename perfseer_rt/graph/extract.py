@@ -425,20 +425,23 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     hp_vals: list[float] = []
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
-    weight_uses: Counter[str] = Counter()
+    weight_uses: dict[str, int] = {}
     flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
     control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
-    empty: frozenset[int] = frozenset()
+    compute_types = _COMPUTE_TYPES
     for k in range(n_nodes):
         if not k % 4096:
             deadline.check("node costs")
         op = ops[k]
         node_in = node_ins[k]
         node_out = node_outs[k]
-        params = PARAM_INPUTS.get(op, empty)
-        ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
-               for pos, t in enumerate(node_in)]
+        params = PARAM_INPUTS.get(op)
+        if params:
+            ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
+                   for pos, t in enumerate(node_in)]
+        else:
+            ins = [(tinfo.get(t) or info(t)) if t else None for t in node_in]
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
@@ -448,33 +451,38 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
-        first_typed = None
-        for t in (*node_in, *node_out):
-            if t:
-                typed = shapes.get(t)
-                if typed is not None:
-                    if first_typed is None:
-                        first_typed = typed[0]
-                    if typed[0] in _COMPUTE_TYPES:
-                        compute = typed[0]
-                        break
-        if compute is None:
-            compute = first_typed if first_typed is not None else 0
-        flops_by_dtype[compute] += float(cost.flops)
+        typed = shapes.get(node_in[0]) if node_in and node_in[0] else None
+        if typed is not None and typed[0] in compute_types:
+            compute = typed[0]  # the common case: the first input
+        else:
+            first_typed = None
+            for t in (*node_in, *node_out):
+                if t:
+                    typed = shapes.get(t)
+                    if typed is not None:
+                        if first_typed is None:
+                            first_typed = typed[0]
+                        if typed[0] in compute_types:
+                            compute = typed[0]
+                            break
+            if compute is None:
+                compute = first_typed if first_typed is not None else 0
+        flops = cost.flops
+        flops_by_dtype[compute] += float(flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
         data_bytes = weight_bytes = params_n = 0
         first_data = None
         n_data = 0
-        node_edges: set[tuple[int, str]] = set()
-        for pos, (tname, ti) in enumerate(zip(node_in, ins)):
+        linked: list[str] | None = None  # tensors this node already has an edge for
+        for tname, ti in zip(node_in, ins):
             if ti is None:
                 continue
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                weight_uses[tname] += 1
+                weight_uses[tname] = weight_uses.get(tname, 0) + 1
                 weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
             else:
                 data_bytes += ti.nbytes
@@ -482,8 +490,13 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
                     first_data = ti
                 n_data += 1
                 p = producer.get(tname)
-                if p is not None and (p, tname) not in node_edges:
-                    node_edges.add((p, tname))
+                if p is not None:
+                    if linked is None:
+                        linked = [tname]
+                    elif tname in linked:
+                        continue
+                    else:
+                        linked.append(tname)
                     src.append(p)
                     dst.append(k)
                     edge_tensors.append(tname)
@@ -504,17 +517,18 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         num_out[k] = float(len(outs))
         if outs:
             out_ch[k] = float(channel_dim(outs[0].shape))
-        for col, val in cost.hparams.items():
-            j = _HP_IDX.get(col)
-            if j is not None:
-                hp_rows.append(k)
-                hp_cols.append(j)
-                hp_vals.append(float(val))
-        flops_col[k] = float(cost.flops)
+        if cost.hparams:
+            for col, val in cost.hparams.items():
+                j = _HP_IDX.get(col)
+                if j is not None:
+                    hp_rows.append(k)
+                    hp_cols.append(j)
+                    hp_vals.append(float(val))
+        flops_col[k] = float(flops)
         mac_col[k] = float(mac)
         weight_col[k] = float(weight_bytes)
         params_col[k] = float(params_n)
-        ai_col[k] = cost.flops / mac if mac else 0.0
+        ai_col[k] = flops / mac if mac else 0.0
 
     x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
     x[np.arange(n_nodes), op_cols] = 1.0

@@ -169,8 +169,8 @@ def channel_dim(shape: tuple[int, ...]) -> int:
 
 
 def _check_range(what: str, values, lo: int) -> list[int]:
-    vals = [int(v) for v in values]
-    if any(not lo <= v <= MAX_SPATIAL_ATTR for v in vals):
+    vals = list(map(int, values))
+    if vals and (min(vals) < lo or max(vals) > MAX_SPATIAL_ATTR):
         raise GraphError(f"attribute {what}={vals} is outside {lo}..{MAX_SPATIAL_ATTR}")
     return vals
 
@@ -199,9 +199,12 @@ def _spatial_attrs(attrs: dict, kernel: tuple[int, ...]) -> dict[str, float]:
     """
     k = _check_range("kernel_shape", kernel, 1) + [1, 1]
     nd = len(kernel)
-    strides = _check_range("strides", attrs.get("strides", [1] * nd), 1) + [1, 1]
-    dil = _check_range("dilations", attrs.get("dilations", [1] * nd), 1) + [1, 1]
-    pads = _check_range("pads", attrs.get("pads", [0] * (2 * nd)), 0)
+    got = attrs.get("strides")
+    strides = ([1] * nd if got is None else _check_range("strides", got, 1)) + [1, 1]
+    got = attrs.get("dilations")
+    dil = ([1] * nd if got is None else _check_range("dilations", got, 1)) + [1, 1]
+    got = attrs.get("pads")
+    pads = [0] * (2 * nd) if got is None else _check_range("pads", got, 0)
     begin = pads[:nd] + [0, 0]
     return {"kernel_h": k[0], "kernel_w": k[1], "stride_h": strides[0],
             "stride_w": strides[1], "pad_h": begin[0], "pad_w": begin[1],
@@ -414,9 +417,12 @@ def _check_cost(op: str, cost: NodeCost) -> None:
     """Every number a rule returns is finite and non-negative, or the node's
     attributes were nonsense: a GraphError, never a silent feature."""
     try:
-        if 0 <= float(cost.flops) < math.inf and (not cost.hparams or all(
-                0 <= float(v) < math.inf for v in cost.hparams.values())):
-            return  # the common case, without building a list
+        if 0 <= float(cost.flops) < math.inf:
+            if not cost.hparams:
+                return  # the common case, without building a list
+            vals = list(map(float, cost.hparams.values()))
+            if sum(vals) < math.inf and min(vals) >= 0:  # a NaN or inf makes the sum fail
+                return
         bad = [k for k, v in (("flops", cost.flops), *cost.hparams.items())
                if not 0 <= float(v) < math.inf]
     except (OverflowError, TypeError, ValueError):

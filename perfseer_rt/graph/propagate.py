@@ -660,7 +660,8 @@ def _np_binary(fn):
         a, b = args
         if a.dtype != b.dtype or a.dtype.kind not in "iuf":
             return None
-        return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
     return run
 
 
@@ -681,7 +682,9 @@ def _v_mod(args, attrs, out):
         return None
     if np.issubdtype(a.dtype, np.integer) and not b.all():
         return None
-    return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype, copy=False)
+    with np.errstate(all="ignore"):
+        return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype,
+                                                                               copy=False)
 
 
 def _v_compare(fn):
@@ -963,8 +966,7 @@ class Propagation:
                     return
                 if tensors:
                     attrs = {**attrs, **tensors}
-                with np.errstate(all="ignore"):
-                    val = fn(args, attrs, out)
+                val = fn(args, attrs, out)
         except GiveUp:
             return
         except Exception:  # noqa: BLE001 - this value stays unknown (as for onnx)
