@@ -18,6 +18,8 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable
+from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 import onnx
@@ -28,7 +30,8 @@ from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import load_model
-from perfseer_rt.graph.nodes import ATTRS, OTHER, Row, attribute_names, has_subgraph, node_table
+from perfseer_rt.graph.nodes import (ATTRS, DOMAIN, INS, NAME, OP, OTHER, OUTS, Row,
+                                     attribute_names, has_subgraph, node_table)
 from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
                                    check_spatial_attrs, is_known, node_cost)
 from perfseer_rt.graph.perfgraph import PerfGraph
@@ -159,9 +162,15 @@ def _push_subgraphs(attributes: Iterable[onnx.AttributeProto], stack: list[onnx.
     return nodes
 
 
+#: What validation reads of each initializer (dense ones, then the values of
+#: sparse ones): (name, data type, dims, elements, data in the file).
+InitInfo = tuple[str, int, tuple[int, ...], int, bool]
+
+
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
-              table: list[Row] | None = None) -> None:
-    """Node cap, element types and initializer dims, before any arithmetic."""
+              table: list[Row] | None = None) -> list[InitInfo]:
+    """Node cap, element types and initializer dims, before any arithmetic;
+    returns what it read of the initializers."""
     g = proto.graph
     table = node_table(g) if table is None else table
     n = count_nodes(g, max_nodes, table)
@@ -185,26 +194,33 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                 raise GraphError(f"{name}: input {vi.name!r} is a 1-D integer tensor of "
                                  f"{tt.shape.dim[0].dim_value} elements, over the "
                                  f"{MAX_SHAPE_LEN} limit")
+    summary: list[InitInfo] = []
+    external = onnx.TensorProto.EXTERNAL
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
-        size = dtypes.itemsize(t.data_type, f"{name}: initializer {t.name!r}")
+        data_type = t.data_type
+        dims = tuple(t.dims)
+        size = dtypes.itemsize(data_type, f"{name}: initializer {t.name!r}")
         elems = 1
-        for d in t.dims:
+        for d in dims:
             if d < 0:
                 raise GraphError(f"{name}: initializer {t.name!r} has a negative dim "
-                                 f"{list(t.dims)}")
+                                 f"{list(dims)}")
             elems *= d
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: initializer {t.name!r} has {elems:.3g} elements, "
                              f"over the {MAX_ELEMS:.3g} limit")
-        stored = _stored_bytes(t)
+        in_file = t.data_location != external
+        stored = _stored_bytes(t) if in_file else None
         if stored is None:  # no data (structure-only): its dims are all there is
-            if t.data_type in _INT_TYPES and len(t.dims) == 1 and elems > MAX_SHAPE_LEN:
+            if data_type in _INT_TYPES and len(dims) == 1 and elems > MAX_SHAPE_LEN:
                 raise GraphError(f"{name}: initializer {t.name!r} is a 1-D integer tensor "
                                  f"of {elems} elements without data, over the "
                                  f"{MAX_SHAPE_LEN} limit")
         elif elems * size > 8 * stored + 64:
-            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(t.dims)} "
+            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(dims)} "
                              f"({elems:.3g} elements) but stores only {stored} bytes")
+        summary.append((t.name, data_type, dims, elems, in_file))
+    return summary
 
 
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
@@ -213,24 +229,29 @@ _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
-    texts: list = []
-    for row in table:
-        op, node_name, domain, ins, outs = row[:5]
-        texts += (node_name, op, domain)
-        texts += ins
-        texts += outs
-        if row[5] or row[6] or row[7]:
-            texts += attribute_names(row)
-    texts += [v.name for v in g.input]
-    texts += [v.name for v in g.output]
-    texts += [v.name for v in g.value_info]
-    texts += [t.name for t in g.initializer]
-    texts += [t.values.name for t in g.sparse_initializer]
+    join = "".join  # fails on the first bytes object, at C speed
     try:
-        "".join(texts)  # fails on the first bytes object, at C speed
+        for col in (OP, NAME, DOMAIN):
+            join(map(itemgetter(col), table))
+        for col in (INS, OUTS):
+            join(chain.from_iterable(map(itemgetter(col), table)))
+        join(chain.from_iterable(attribute_names(r) for r in table if r[5] or r[6] or r[7]))
+        for vis in (g.input, g.output, g.value_info, g.initializer):
+            join([v.name for v in vis])
+        join([t.values.name for t in g.sparse_initializer])
         return
     except TypeError:
-        bad = next(s for s in texts if type(s) is not str)
+        pass
+    texts: list = []
+    for row in table:
+        texts += row[:3]
+        texts += row[INS]
+        texts += row[OUTS]
+        texts += attribute_names(row)
+    for vis in (g.input, g.output, g.value_info, g.initializer):
+        texts += [v.name for v in vis]
+    texts += [t.values.name for t in g.sparse_initializer]
+    bad = next(s for s in texts if type(s) is not str)
     raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
                      f"({bytes(bad)[:40]!r})")
 
@@ -240,8 +261,9 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     no data at all)."""
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return None
-    if t.raw_data:
-        return len(t.raw_data)
+    raw = t.raw_data  # a copy of the bytes: read once
+    if raw:
+        return len(raw)
     n = 8 * (len(t.float_data) + len(t.int32_data) + len(t.int64_data) + len(t.double_data)
              + len(t.uint64_data)) + sum(len(x) for x in t.string_data)
     return n or None
@@ -254,18 +276,17 @@ class _Structure:
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
         self.table = node_table(proto.graph)
-        _validate(proto, name, max_nodes, self.table)
+        inits_read = _validate(proto, name, max_nodes, self.table)
         self.proto = proto
         self.name = name
         self.max_nodes = max_nodes
         self.weights = weight_inputs(proto)
-        inits = {t.name for t in proto.graph.initializer}
-        inits.update(t.values.name for t in proto.graph.sparse_initializer)
+        inits = {t[0] for t in inits_read}
         inits.update(self.weights)
         self.const, self.kept = fold_static(proto, inits, self.table)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
-        self.fast = _fast_setup(proto)
+        self.fast = _fast_setup(proto, inits_read)
         self.folded = set(range(len(self.table))) - set(self.kept)
 
     def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
@@ -306,26 +327,23 @@ class _Structure:
         return sk
 
 
-def _fast_setup(proto: onnx.ModelProto):
+def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]):
     """What :meth:`_Structure.propagate` needs of the model, or None where
     the pass does not apply (IR < 4: onnx does not type initializers that are
     not inputs; model-local functions; no or ambiguous default opset;
-    repeated initializer names)."""
+    repeated initializer names; sparse initializers)."""
     versions = [imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")]
     g = proto.graph
-    if proto.ir_version < 4 or len(proto.functions) or len(versions) != 1:
+    if proto.ir_version < 4 or len(proto.functions) or len(versions) != 1 or len(
+            g.sparse_initializer):
         return None
-    typed = {t.name: (t.data_type, tuple(t.dims)) for t in g.initializer}
-    if len(typed) != len(g.initializer):
+    typed = {n: (data_type, dims) for n, data_type, dims, _, _ in inits}
+    if len(typed) != len(inits):
         return None
-    for t in g.sparse_initializer:
-        if t.values.name in typed:
-            return None
-        typed[t.values.name] = (t.values.data_type, tuple(t.dims))
     elems = [(vi.name, vi.type.tensor_type.elem_type) for vi in graph_inputs(proto)]
     if any(n in typed for n, _ in elems) or len({n for n, _ in elems}) != len(elems):
         return None
-    constants, late = value_sources(proto)
+    constants, late = value_sources(g.initializer, inits)
     return typed, elems, constants, late, versions[0]
 
 

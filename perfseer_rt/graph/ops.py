@@ -184,8 +184,9 @@ def check_spatial_attrs(attrs: dict) -> None:
     """Refuse conv/pool attributes out of range before shape inference sees
     them (GraphError naming the attribute)."""
     for key, lo in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0)):
-        if key in attrs:
-            _check_range(key, attrs[key] if isinstance(attrs[key], list) else [attrs[key]], lo)
+        v = attrs.get(key)
+        if v is not None:
+            _check_range(key, v if isinstance(v, list) else [v], lo)
     if "group" in attrs and not 1 <= int(attrs["group"]) <= 2**31:
         raise GraphError(f"attribute group={attrs['group']} is outside 1..{2**31}")
 

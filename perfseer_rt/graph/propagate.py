@@ -1067,23 +1067,23 @@ _SMALL = 64
 _LATE_TYPES = frozenset({1, 6, 7, 9})
 
 
-def value_sources(model: onnx.ModelProto) -> tuple[dict[str, onnx.TensorProto], set[str]]:
+def value_sources(initializers: Sequence[onnx.TensorProto],
+                  read: Sequence[tuple[str, int, tuple[int, ...], int, bool]]
+                  ) -> tuple[dict[str, onnx.TensorProto], set[str]]:
     """The initializers whose values onnx's inference may read, and which of
     them only its per-node completion reads (see
-    :func:`perfseer_rt.graph.shapes.infer_shapes`)."""
+    :func:`perfseer_rt.graph.shapes.infer_shapes`). ``read`` holds each
+    initializer's (name, data type, dims, elements, data in the file)."""
     out: dict[str, onnx.TensorProto] = {}
     late: set[str] = set()
-    for t in model.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
+    for t, (name, data_type, _, n, in_file) in zip(initializers, read):
+        if not in_file:
             continue
-        n = 1
-        for d in t.dims:
-            n *= d
         if n <= _SMALL:
-            out[t.name] = t
-        elif n <= MAX_CONST_ELEMS and t.data_type in _LATE_TYPES:
-            out[t.name] = t
-            late.add(t.name)
+            out[name] = t
+        elif n <= MAX_CONST_ELEMS and data_type in _LATE_TYPES:
+            out[name] = t
+            late.add(name)
     return out, late
 
 
