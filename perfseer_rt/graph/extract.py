@@ -510,8 +510,12 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                weight_uses[tname] = weight_uses.get(tname, 0) + 1
-                weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
+                uses = weight_uses.get(tname)
+                if uses is None:
+                    weight_uses[tname] = 1
+                    weight_sizes[tname] = (ti.elems, ti.nbytes, shapes[tname][0])
+                else:
+                    weight_uses[tname] = uses + 1
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:
@@ -539,12 +543,18 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         first_in = first_data if first_data is not None else (ins[0] if ins and ins[0] else None)
         if first_in is not None:
             in_elems[k] = float(first_in.elems)
-            in_ch[k] = float(channel_dim(first_in.shape))
+            shape = first_in.shape  # its channel slot (ops.channel_dim)
+            r = len(shape)
+            in_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                             shape[0] if r == 1 else 1)
         out_elems[k] = float(out_n)
         num_in[k] = float(n_data)
         num_out[k] = float(len(outs))
         if outs:
-            out_ch[k] = float(channel_dim(outs[0].shape))
+            shape = outs[0].shape
+            r = len(shape)
+            out_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                              shape[0] if r == 1 else 1)
         if cost.hparams:
             for col, val in cost.hparams.items():
                 j = _HP_IDX.get(col)
