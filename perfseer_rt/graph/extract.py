@@ -17,31 +17,50 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import itemgetter
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
-from perfseer_rt.graph.load import load_model
-from perfseer_rt.graph.nodes import (ATTRS, DOMAIN, INS, NAME, OP, OTHER, OUTS, Row,
-                                     attribute_names, has_subgraph, node_table)
-from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
-                                   check_spatial_attrs, is_known, node_cost)
+from perfseer_rt.graph.load import ModelSource, load_model
+from perfseer_rt.graph.nodes import (
+    ATTRS,
+    DOMAIN,
+    INS,
+    NAME,
+    OP,
+    OTHER,
+    OUTS,
+    Row,
+    attribute_names,
+    has_subgraph,
+    node_table,
+)
+from perfseer_rt.graph.ops import (
+    PARAM_INPUTS,
+    SPATIAL_OPS,
+    NodeCost,
+    TensorInfo,
+    check_spatial_attrs,
+    is_known,
+    node_cost,
+)
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
+from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
 from perfseer_rt.graph.structure import structure_globals
-from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
-                                      weight_inputs)
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+Shape = tuple[int, ...]
 
 _NODE_IDX = layout.column_index(layout.NODE_COLUMNS)
 _OP_COL = {op: _NODE_IDX[f"op_{op}"] for op in layout.OP_VOCAB}
@@ -53,7 +72,7 @@ _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 SHARED_WARN_ELEMS = 1024
 
 
-def extract(model, batch: int | None = None,
+def extract(model: ModelSource, batch: int | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
             time_limit: float | None = TIME_LIMIT_S) -> PerfGraph:
@@ -82,7 +101,7 @@ def extract(model, batch: int | None = None,
         proto, name, batch, input_shapes, dims, max_nodes, Deadline(time_limit, name)))
 
 
-def _guarded(model, work):
+def _guarded(model: ModelSource, work: Callable[[onnx.ModelProto, str], _T]) -> _T:
     """Load ``model`` and run ``work(proto, name)`` under the failure
     contract: only PerfSeerError subclasses leave."""
     name = "<model>"
@@ -114,7 +133,8 @@ def _guarded(model, work):
             gc.enable()
 
 
-def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | None = None,
+def extract_batches(model: ModelSource, batches: Iterable[int | None],
+                    input_shapes: dict[str, tuple[int, ...]] | None = None,
                     dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
                     time_limit: float | None = TIME_LIMIT_S) -> list[PerfGraph]:
     """The PerfGraphs of one model at several batch sizes, in one pass.
@@ -132,12 +152,12 @@ def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | N
     Raises:
         The errors of :func:`extract`, for the first batch size that fails.
     """
-    batches = list(batches)
+    sizes = list(batches)
 
-    def work(proto, name):
+    def work(proto: onnx.ModelProto, name: str) -> list[PerfGraph]:
         st = _Structure(proto, name, max_nodes)
         return [_extract_shaped(st, b, input_shapes, dims, Deadline(time_limit, name),
-                                reuse_skeleton=True) for b in batches]
+                                reuse_skeleton=True) for b in sizes]
 
     return _guarded(model, work)
 
@@ -252,7 +272,7 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
         return
     except TypeError:
         pass
-    texts: list = []
+    texts: list[str | bytes] = []
     for row in table:
         texts += row[:3]
         texts += row[INS]
@@ -261,9 +281,13 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
     for vis in (g.input, g.output, g.value_info, g.initializer):
         texts += [v.name for v in vis]
     texts += [t.values.name for t in g.sparse_initializer]
-    bad = next(s for s in texts if type(s) is not str)
+    bad = b""
+    for text in texts:
+        if isinstance(text, bytes):
+            bad = text
+            break
     raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
-                     f"({bytes(bad)[:40]!r})")
+                     f"({bad[:40]!r})")
 
 
 def _stored_bytes(t: onnx.TensorProto) -> int | None:
@@ -318,7 +342,7 @@ class _Structure:
             log.debug("%s: shape propagation gave up (%s)", self.name, exc)
             return None
 
-    def skeleton_for(self, inputs, reuse: bool) -> onnx.ModelProto:
+    def skeleton_for(self, inputs: dict[str, Shape], reuse: bool) -> onnx.ModelProto:
         """The shape-inference skeleton with these input shapes; with
         ``reuse`` the one skeleton of the model is re-shaped in place (its
         nodes and weights are the same for every batch size)."""
@@ -337,7 +361,11 @@ class _Structure:
         return sk
 
 
-def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]):
+FastSetup = tuple[dict[str, TypedShape], list[tuple[str, int]], dict[str, onnx.TensorProto],
+                  set[str], int]
+
+
+def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]) -> FastSetup | None:
     """What :meth:`_Structure.propagate` needs of the model, or None where
     the pass does not apply (IR < 4: onnx does not type initializers that are
     not inputs; model-local functions; no or ambiguous default opset;
@@ -357,12 +385,15 @@ def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]):
     return typed, elems, constants, late, versions[0]
 
 
-def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
+def _extract(proto: onnx.ModelProto, name: str, batch: int | None,
+             input_shapes: dict[str, Shape] | None, dims: dict[str, int] | None, max_nodes: int,
+             deadline: Deadline, depth: int = 0) -> PerfGraph:
     return _extract_shaped(_Structure(proto, name, max_nodes), batch, input_shapes, dims,
                            deadline, depth)
 
 
-def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0,
+def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
+                    dims: dict[str, int] | None, deadline: Deadline, depth: int = 0,
                     reuse_skeleton: bool = False) -> PerfGraph:
     """The PerfGraph of a validated, folded model at one set of input shapes."""
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
@@ -376,7 +407,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     ops = [r[0] for r in rows]
     node_ins = [r[3] for r in rows]
     node_outs = [r[4] for r in rows]
-    needed = set()
+    needed: set[str] = set()
     for op, ins_, outs_ in zip(ops, node_ins, node_outs):
         params = PARAM_INPUTS.get(op)
         if params:
@@ -454,7 +485,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
     weight_uses: dict[str, int] = {}
-    flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
+    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
     control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     compute_types = _COMPUTE_TYPES
@@ -496,11 +527,13 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             if compute is None:
                 compute = first_typed if first_typed is not None else 0
         flops = cost.flops
-        flops_by_dtype[compute] += float(flops)
+        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + float(flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
-        data_bytes = weight_bytes = params_n = 0
+        data_bytes: float = 0
+        weight_bytes: float = 0
+        params_n = 0
         first_data = None
         n_data = 0
         linked: list[str] | None = None  # tensors this node already has an edge for
@@ -532,11 +565,11 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
                     src.append(p)
                     dst.append(k)
                     edge_tensors.append(tname)
-        out_bytes = 0
+        out_bytes: float = 0
         out_n = 0
-        for t in outs:
-            out_bytes += t.nbytes
-            out_n += t.elems
+        for o in outs:
+            out_bytes += o.nbytes
+            out_n += o.elems
         mac = data_bytes + weight_bytes + out_bytes
 
         op_cols[k] = _OP_COL.get(op, _OTHER_COL)
@@ -579,8 +612,9 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     if hp_rows:  # the rules' hyper-parameters override the generic ones above
         x[hp_rows, hp_cols] = hp_vals
 
-    flops, mac, weight = (x[:, _NODE_IDX[c]] for c in ("flops", "mac", "weight"))
-    for col, arr in (("flops_ratio", flops), ("mac_ratio", mac), ("weight_ratio", weight)):
+    for col, src_col in (("flops_ratio", "flops"), ("mac_ratio", "mac"),
+                         ("weight_ratio", "weight")):
+        arr = x[:, _NODE_IDX[src_col]]
         total = arr.sum()
         x[:, _NODE_IDX[col]] = arr / total if total else 0.0
 
@@ -608,21 +642,26 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
 
-def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
+def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
+                weight_sizes: dict[str, tuple[int, float, int]], flops_by_dtype: dict[int, float]
+                ) -> tuple[dict[str, Any], list[str]]:
     """Facts about the model that are not features (``PerfGraph.info``) and
     the warnings they raise: shared weights, weight inputs, and the compute
     dtype (the element type of the inputs of the nodes that do most FLOPs)."""
     shared = {t: n for t, n in weight_uses.items() if n > 1}
     shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
     per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
-    by_dtype: Counter[str] = Counter()
-    for elems, nbytes, elem in weight_sizes.values():
-        by_dtype[dtypes.dtype_name(elem)] += nbytes
-    flops: Counter[str] = Counter()
+    by_dtype: dict[str, float] = {}
+    for _, nbytes, elem in weight_sizes.values():
+        key = dtypes.dtype_name(elem)
+        by_dtype[key] = by_dtype.get(key, 0) + nbytes
+    flops: dict[str, float] = {}
     for elem, f in flops_by_dtype.items():
-        flops[dtypes.dtype_name(elem)] += f
-    dtype = flops.most_common(1)[0][0] if flops and flops.most_common(1)[0][1] > 0 else (
-        by_dtype.most_common(1)[0][0] if by_dtype else "float32")
+        key = dtypes.dtype_name(elem)
+        flops[key] = flops.get(key, 0) + f
+    # the first of the largest, as Counter.most_common(1) picks it
+    dtype = max(flops.items(), key=itemgetter(1))[0] if flops and max(flops.values()) > 0 else (
+        max(by_dtype.items(), key=itemgetter(1))[0] if by_dtype else "float32")
     meta = {"dtype": dtype, "weight_bytes_by_dtype": dict(by_dtype),
             "flops_by_dtype": dict(flops),
             "params_unique": float(sum(e for e, _, _ in weight_sizes.values())),
@@ -630,7 +669,7 @@ def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
             "weight_bytes_per_use": per_use,
             "shared_weights": len(shared), "shared_weight_bytes": shared_bytes,
             "weight_inputs": sorted(weights)}
-    warnings = []
+    warnings: list[str] = []
     big = [t for t in shared if weight_sizes[t][0] >= SHARED_WARN_ELEMS]
     if big:
         mb = sum(weight_sizes[t][1] for t in big) / 2**20
@@ -653,24 +692,25 @@ _COMPUTE_TYPES = dtypes.FLOAT_TYPES | dtypes.QUANT_TYPES
 MAX_SUBGRAPH_DEPTH = 8
 
 
-def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
+def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
+                       shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
+                       depth: int) -> tuple[NodeCost, bool, str | None]:
     """Cost of If (the heavier branch), Loop (body x static trip count; 1
     assumed when unknown) and Scan (body x scan length). Returns
     ``(cost, ruled, warning or None)``; a body that cannot be costed gives
     the generic cost and a warning."""
-    from perfseer_rt.graph.ops import NodeCost
-
     label = f"{node.op_type} node {node.name or node.output[0]!r}"
     bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     if depth >= MAX_SUBGRAPH_DEPTH:
         return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
             f"{MAX_SUBGRAPH_DEPTH} are not costed"
     if node.op_type == "If":
-        costs = {k: _subgraph_flops(g, [], proto, shapes, max_nodes, deadline, depth)
+        found = {k: _subgraph_flops(g, {}, proto, shapes, max_nodes, deadline, depth)
                  for k, g in bodies.items() if k in ("then_branch", "else_branch")}
-        if not costs or any(v is None for v in costs.values()):
+        costs = {k: v for k, v in found.items() if v is not None}
+        if not found or len(costs) < len(found):
             return NodeCost(0.0), False, f"{label}: a branch could not be costed"
-        heavy = max(costs, key=costs.get)
+        heavy = max(costs, key=costs.__getitem__)
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")
@@ -700,10 +740,8 @@ def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
     return NodeCost(flops * trips), True, None
 
 
-def _const_int(proto, name: str) -> int | None:
+def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
     """The value of a scalar integer initializer or Constant, if it has one."""
-    from onnx import numpy_helper
-
     tensors = [t for t in proto.graph.initializer if t.name == name]
     tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
                 for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
@@ -717,7 +755,9 @@ def _const_int(proto, name: str) -> int | None:
     return None
 
 
-def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> float | None:
+def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
+                    proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
+                    deadline: Deadline, depth: int) -> float | None:
     """Total FLOPs of a subgraph extracted as a model of its own: formal
     inputs take ``actual`` shapes (or their declared static ones), tensors
     of the outer scope come in as inputs with their outer shapes."""
@@ -761,6 +801,7 @@ def _edge_row(ti: TensorInfo) -> list[float]:
     itemsize = ti.itemsize
     r = len(shape)
     size = float(ti.elems)
+    slots: tuple[int, ...]
     if r == 0:
         slots = (1, 1, 1, 1)
     elif r == 1:
@@ -776,7 +817,8 @@ def _edge_row(ti: TensorInfo) -> list[float]:
     return [size, *map(float, slots), float(itemsize)]
 
 
-def _control_flow_shapes(nodes, shapes) -> list:
+def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, TypedShape]
+                         ) -> list[onnx.ValueInfoProto]:
     """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
     outputs keep their carried inputs' shapes; an If's outputs take the
     static shapes its then-branch declares."""
@@ -806,7 +848,7 @@ def _control_flow_shapes(nodes, shapes) -> list:
     return extra
 
 
-def _has_schema(node) -> bool:
+def _has_schema(node: onnx.NodeProto) -> bool:
     """Whether onnx knows the op (standard ops: its inference is trusted,
     and a shape it leaves open is not guessed)."""
     if node.domain not in ("", "ai.onnx"):
@@ -818,7 +860,10 @@ def _has_schema(node) -> bool:
         return False
 
 
-def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto):
+def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                              shapes: dict[str, TypedShape], needed: set[str],
+                              folded: list[onnx.NodeProto], deadline: Deadline,
+                              proto: onnx.ModelProto) -> dict[str, TypedShape]:
     """Outputs of ops onnx has no schema for (custom domains) are assumed to
     keep the shape and type of their first input; inference is re-run from
     there so that the rest of the graph resolves. Documented generic rule;

@@ -20,14 +20,23 @@ fields (and its attributes, as plain values) are read once into a tuple:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import onnx
 
 Attrs = dict[str, Any]
 Row = tuple[str, str, str, tuple[str, ...], tuple[str, ...], Attrs,
             dict[str, onnx.TensorProto], list[onnx.AttributeProto], bool]
-OP, NAME, DOMAIN, INS, OUTS, ATTRS, TENSORS, OTHER, LOOSE = range(9)
+#: Positions in a row (literal indices, so that a row's fields keep their types).
+OP: Final = 0
+NAME: Final = 1
+DOMAIN: Final = 2
+INS: Final = 3
+OUTS: Final = 4
+ATTRS: Final = 5
+TENSORS: Final = 6
+OTHER: Final = 7
+LOOSE: Final = 8
 
 _AT = onnx.AttributeProto
 _INT, _INTS, _FLOAT, _FLOATS, _STRING, _TENSOR = (_AT.INT, _AT.INTS, _AT.FLOAT, _AT.FLOATS,

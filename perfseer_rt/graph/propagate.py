@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -34,11 +34,18 @@ from perfseer_rt.graph.nodes import Attrs, Row
 
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]
+#: Input types by position (None: absent, or not known).
+Types = list["TypedShape | None"]
+#: A rule's getter of an input's constant value by position.
+ValueOf = Callable[[int], "np.ndarray | None"]
+#: Output types (None: the rule leaves the node to onnx).
+Result = list["TypedShape"] | None
 #: A rule: (input types, a value getter by input position, attributes,
-#: number of outputs, opset version of the op's schema) -> output types, or
-#: None when onnx's own inference must decide.
-Rule = Callable[[list[TypedShape | None], Callable[[int], np.ndarray | None], Attrs, int, int],
-                list[TypedShape] | None]
+#: number of outputs, since_version of the op's schema) -> Result.
+Rule = Callable[[Types, ValueOf, Attrs, int, int], Result]
+#: A value function's inputs: the constant values by position (None for an
+#: absent optional input).
+Args = list[Any]
 
 #: Largest dim value the pass works with (onnx's arithmetic is int64).
 _MAX_DIM = 1 << 62
@@ -46,7 +53,7 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _AT = onnx.AttributeProto
 BOOL, INT64, FLOAT = 9, 7, 1
 #: ONNX element type -> numpy dtype of the values computed here.
-_NP = {1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
+_NP: dict[int, np.dtype[Any]] = {1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
        4: np.dtype(np.uint16), 5: np.dtype(np.int16), 6: np.dtype(np.int32),
        7: np.dtype(np.int64), 9: np.dtype(np.bool_), 10: np.dtype(np.float16),
        11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64)}
@@ -105,41 +112,48 @@ def _broadcast(shapes: Sequence[Shape]) -> Shape:
     return tuple(out)
 
 
-def _same(ins, val, attrs, n_out, since):
+def _same(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     return None if x is None else [x]
 
 
-def _to_bool(ins, val, attrs, n_out, since):
+def _to_bool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     return None if x is None else [(BOOL, x[1])]
 
 
-def _binary(ins, val, attrs, n_out, since):
+def _binary(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     return [(ins[0][0], _broadcast((ins[0][1], ins[1][1])))]
 
 
-def _compare(ins, val, attrs, n_out, since):
+def _compare(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     return [(BOOL, _broadcast((ins[0][1], ins[1][1])))]
 
 
-def _variadic(ins, val, attrs, n_out, since):
-    if not ins or any(t is None for t in ins):
+def _known(ins: Types) -> list[TypedShape] | None:
+    """``ins`` when every input is present and typed, else None."""
+    return None if any(t is None for t in ins) else cast("list[TypedShape]", ins)
+
+
+def _variadic(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    known = _known(ins)
+    if not known:
         return None
-    return [(ins[0][0], _broadcast([t[1] for t in ins]))]
+    return [(known[0][0], _broadcast([t[1] for t in known]))]
 
 
-def _where(ins, val, attrs, n_out, since):
-    if len(ins) != 3 or any(t is None for t in ins):
+def _where(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    known = _known(ins)
+    if known is None or len(known) != 3:
         return None
-    return [(ins[1][0], _broadcast([t[1] for t in ins]))]
+    return [(known[1][0], _broadcast([t[1] for t in known]))]
 
 
-def _cast(ins, val, attrs, n_out, since):
+def _cast(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     to = attrs.get("to")
     if ins[0] is None or type(to) is not int or to not in _CAST_TYPES or len(attrs) > 1 + (
             "saturate" in attrs) + ("round_mode" in attrs):
@@ -147,13 +161,13 @@ def _cast(ins, val, attrs, n_out, since):
     return [(to, ins[0][1])]
 
 
-def _cast_like(ins, val, attrs, n_out, since):
+def _cast_like(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     return [(ins[1][0], ins[0][1])]
 
 
-def _softmax(ins, val, attrs, n_out, since):
+def _softmax(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None:
         return None
@@ -164,7 +178,7 @@ def _softmax(ins, val, attrs, n_out, since):
     return [x]
 
 
-def _dropout(ins, val, attrs, n_out, since):
+def _dropout(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or any(t is not None and t[1] != () for t in ins[1:3]) or len(ins) > 3:
         return None
@@ -173,18 +187,19 @@ def _dropout(ins, val, attrs, n_out, since):
     return [x]
 
 
-def _batchnorm(ins, val, attrs, n_out, since):
-    if len(ins) != 5 or any(t is None for t in ins) or n_out != 1 or _int_attr(
+def _batchnorm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    known = _known(ins)
+    if known is None or len(known) != 5 or n_out != 1 or _int_attr(
             attrs, "training_mode", 0) != 0:
         return None
-    x = ins[0]
+    x = known[0]
     c = x[1][1] if len(x[1]) > 1 else 1
-    if any(t[1] != (c,) for t in ins[1:]):
+    if any(t[1] != (c,) for t in known[1:]):
         return None
     return [x]
 
 
-def _layernorm(ins, val, attrs, n_out, since):
+def _layernorm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or "stash_type" in attrs and type(attrs["stash_type"]) is not int:
         return None
@@ -212,12 +227,9 @@ def _c_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | None:
-    """onnx's ``convPoolShapeInference`` for static shapes and ceil_mode 0."""
-    x = ins[0]
-    if x is None or kernel_from_w and (len(ins) < 2 or ins[1] is None):
-        return None
-    xs = x[1]
+def _conv_pool(xs: Shape, w: Shape | None, attrs: Attrs, use_dilation: bool) -> Shape | None:
+    """onnx's ``convPoolShapeInference`` for static shapes and ceil_mode 0:
+    input shape ``xs``, and the weight's shape ``w`` for a convolution."""
     if len(xs) < 3 or _int_attr(attrs, "ceil_mode", 0) != 0:
         return None
     n = len(xs) - 2
@@ -229,9 +241,9 @@ def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | N
         strides = [1] * n
     kernel = _ints_attr(attrs, "kernel_shape")
     if kernel is None:
-        if not kernel_from_w:
+        if w is None:
             return None
-        kernel = list(ins[1][1][2:])
+        kernel = list(w[2:])
     pads = _ints_attr(attrs, "pads")
     if len(dil) != n or len(strides) != n or len(kernel) != n or pads is not None and len(
             pads) != 2 * n:
@@ -251,8 +263,7 @@ def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | N
                 total = max((eff[i] - strides[i]) if residual == 0 else (eff[i] - residual), 0)
                 small, big = total >> 1, total - (total >> 1)
                 pads[i], pads[i + n] = (small, big) if auto == "SAME_UPPER" else (big, small)
-    if kernel_from_w:
-        w = ins[1][1]
+    if w is not None:
         if len(w) < 1:
             return None
         out = [xs[0], w[0]]
@@ -264,33 +275,39 @@ def _conv_pool(ins, attrs, kernel_from_w: bool, use_dilation: bool) -> Shape | N
     return tuple(out) if min(out) >= 0 else None
 
 
-def _conv(ins, val, attrs, n_out, since):
-    shape = _conv_pool(ins, attrs, True, True)
-    return None if shape is None else [(ins[0][0], shape)]
-
-
-def _pool(ins, val, attrs, n_out, since):
-    if n_out != 1 or since < 10 and "dilations" in attrs:
+def _conv(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    x = ins[0]
+    w = ins[1] if len(ins) > 1 else None
+    if x is None or w is None:
         return None
-    shape = _conv_pool(ins, attrs, False, True)
-    return None if shape is None else [(ins[0][0], shape)]
+    shape = _conv_pool(x[1], w[1], attrs, True)
+    return None if shape is None else [(x[0], shape)]
 
 
-def _avgpool(ins, val, attrs, n_out, since):
-    if n_out != 1 or since < 19 and "dilations" in attrs:
+def _pool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    x = ins[0]
+    if x is None or n_out != 1 or since < 10 and "dilations" in attrs:
         return None
-    shape = _conv_pool(ins, attrs, False, since >= 19)
-    return None if shape is None else [(ins[0][0], shape)]
+    shape = _conv_pool(x[1], None, attrs, True)
+    return None if shape is None else [(x[0], shape)]
 
 
-def _global_pool(ins, val, attrs, n_out, since):
+def _avgpool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    x = ins[0]
+    if x is None or n_out != 1 or since < 19 and "dilations" in attrs:
+        return None
+    shape = _conv_pool(x[1], None, attrs, since >= 19)
+    return None if shape is None else [(x[0], shape)]
+
+
+def _global_pool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or len(x[1]) < 2:
         return None
     return [(x[0], x[1][:2] + (1,) * (len(x[1]) - 2))]
 
 
-def _gemm(ins, val, attrs, n_out, since):
+def _gemm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) < 2 or ins[0] is None or ins[1] is None:
         return None
     a, b = ins[0][1], ins[1][1]
@@ -307,7 +324,7 @@ def _gemm(ins, val, attrs, n_out, since):
     return [(ins[0][0], (m, n))]
 
 
-def _matmul(ins, val, attrs, n_out, since):
+def _matmul(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     a, b = ins[0][1], ins[1][1]
@@ -325,7 +342,7 @@ def _matmul(ins, val, attrs, n_out, since):
     return [(ins[0][0], out)]
 
 
-def _flatten(ins, val, attrs, n_out, since):
+def _flatten(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None:
         return None
@@ -343,10 +360,10 @@ def _int64_list(v: np.ndarray | None) -> list[int] | None:
     of int64 accepts), else None."""
     if v is None or v.dtype != np.int64:
         return None
-    return v.ravel().tolist()
+    return cast("list[int]", v.ravel().tolist())
 
 
-def _reshape(ins, val, attrs, n_out, since):
+def _reshape(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or len(ins) != 2 or ins[1] is None:
         return None
@@ -381,7 +398,7 @@ def _reshape(ins, val, attrs, n_out, since):
     return [(x[0], tuple(out))]
 
 
-def _transpose(ins, val, attrs, n_out, since):
+def _transpose(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or not x[1]:
         return None
@@ -394,18 +411,19 @@ def _transpose(ins, val, attrs, n_out, since):
     return [(x[0], tuple(x[1][p] for p in perm))]
 
 
-def _concat(ins, val, attrs, n_out, since):
-    if not ins or any(t is None for t in ins) or "axis" not in attrs:
+def _concat(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    known = _known(ins)
+    if not known or "axis" not in attrs:
         return None
-    r = len(ins[0][1])
+    r = len(known[0][1])
     axis = attrs["axis"]
     if type(axis) is not int or not -r <= axis < r:
         return None
     if axis < 0:
         axis += r
-    first = ins[0][1]
+    first = known[0][1]
     total = 0
-    for t in ins:
+    for t in known:
         s = t[1]
         if len(s) != r:
             return None
@@ -413,10 +431,10 @@ def _concat(ins, val, attrs, n_out, since):
             if j != axis and s[j] != first[j]:
                 return None
         total += s[axis]
-    return [(ins[0][0], first[:axis] + (total,) + first[axis + 1:])]
+    return [(known[0][0], first[:axis] + (total,) + first[axis + 1:])]
 
 
-def _split(ins, val, attrs, n_out, since):
+def _split(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or len(ins) > 2:
         return None
@@ -456,11 +474,11 @@ def _slice_bounds(dim: int, start: int, end: int, step: int) -> int:
     return max(int(math.ceil(1.0 * (end - start) / step)), 0)
 
 
-def _slice(ins, val, attrs, n_out, since):
+def _slice(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or not 3 <= len(ins) <= 5 or any(t is None for t in ins[1:3]):
         return None
-    data = []
+    data: list[list[int] | None] = []
     for pos in range(1, len(ins)):
         if ins[pos] is None:
             data.append(None)
@@ -470,6 +488,8 @@ def _slice(ins, val, attrs, n_out, since):
             return None
         data.append(v.ravel().tolist())
     starts, ends = data[0], data[1]
+    if starts is None or ends is None:
+        return None
     axes = data[2] if len(data) > 2 else None
     steps = data[3] if len(data) > 3 else None
     r = len(x[1])
@@ -492,7 +512,7 @@ def _slice(ins, val, attrs, n_out, since):
     return [(x[0], tuple(out))]
 
 
-def _gather(ins, val, attrs, n_out, since):
+def _gather(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     data, idx = ins[0][1], ins[1][1]
@@ -505,13 +525,13 @@ def _gather(ins, val, attrs, n_out, since):
     return [(ins[0][0], data[:axis] + idx + data[axis + 1:])]
 
 
-def _gather_elements(ins, val, attrs, n_out, since):
+def _gather_elements(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     return [(ins[0][0], ins[1][1])]
 
 
-def _axes(ins, val, pos: int, rank: int) -> list[int] | None:
+def _axes(val: ValueOf, pos: int, rank: int) -> list[int] | None:
     """Axes from an int64 constant input, checked and made non-negative as
     onnx does (None: absent value, out of range or repeated)."""
     axes = _int64_list(val(pos))
@@ -521,12 +541,12 @@ def _axes(ins, val, pos: int, rank: int) -> list[int] | None:
     return axes if len(set(axes)) == len(axes) else None
 
 
-def _unsqueeze(ins, val, attrs, n_out, since):
+def _unsqueeze(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or len(ins) != 2 or ins[1] is None:
         return None
     r = len(x[1]) + len(_int64_list(val(1)) or ())
-    axes = _axes(ins, val, 1, r)
+    axes = _axes(val, 1, r)
     if axes is None:
         return None
     out = list(x[1])
@@ -535,12 +555,12 @@ def _unsqueeze(ins, val, attrs, n_out, since):
     return [(x[0], tuple(out))]
 
 
-def _squeeze(ins, val, attrs, n_out, since):
+def _squeeze(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None or len(ins) > 2:
         return None
     if len(ins) == 2 and ins[1] is not None:
-        axes = _axes(ins, val, 1, len(x[1]))
+        axes = _axes(val, 1, len(x[1]))
         if axes is None or any(x[1][a] != 1 for a in axes):
             return None
         return [(x[0], tuple(d for i, d in enumerate(x[1]) if i not in axes))]
@@ -549,7 +569,7 @@ def _squeeze(ins, val, attrs, n_out, since):
     return [(x[0], tuple(d for d in x[1] if d != 1))]
 
 
-def _expand(ins, val, attrs, n_out, since):
+def _expand(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return None
     target = _int64_list(val(1))
@@ -558,7 +578,7 @@ def _expand(ins, val, attrs, n_out, since):
     return [(ins[0][0], _broadcast((ins[0][1], tuple(target))))]
 
 
-def _tile(ins, val, attrs, n_out, since):
+def _tile(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 2 or ins[0] is None or ins[1] is None or len(ins[1][1]) != 1:
         return None
     reps = _int64_list(val(1))
@@ -583,7 +603,7 @@ def _shape_slice(rank: int, attrs: Attrs, since: int) -> tuple[int, int]:
     return start, end
 
 
-def _shape(ins, val, attrs, n_out, since):
+def _shape(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     x = ins[0]
     if x is None:
         return None
@@ -591,11 +611,11 @@ def _shape(ins, val, attrs, n_out, since):
     return [(INT64, (max(end - start, 0),))]
 
 
-def _size(ins, val, attrs, n_out, since):
+def _size(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     return None if ins[0] is None else [(INT64, ())]
 
 
-def _constant_of_shape(ins, val, attrs, n_out, since):
+def _constant_of_shape(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if len(ins) != 1 or ins[0] is None:
         return None
     shape = _int64_list(val(0))
@@ -611,11 +631,12 @@ def _constant_of_shape(ins, val, attrs, n_out, since):
     return [(elem, tuple(shape))]
 
 
-def _range(ins, val, attrs, n_out, since):
-    if len(ins) != 3 or any(t is None for t in ins):
+def _range(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    known = _known(ins)
+    if known is None or len(known) != 3:
         return None
-    vals = [val(i) for i in range(3)]
-    if any(v is None or v.size != 1 or v.dtype not in (np.int64, np.int32) for v in vals):
+    vals = [v for v in (val(0), val(1), val(2)) if v is not None]
+    if len(vals) != 3 or any(v.size != 1 or v.dtype not in (np.int64, np.int32) for v in vals):
         return None
     if len({v.dtype for v in vals}) != 1:
         return None
@@ -623,7 +644,7 @@ def _range(ins, val, attrs, n_out, since):
     if delta == 0:
         return None
     n = max(int(math.ceil((limit - start) / delta)), 0)
-    return [(ins[0][0], (n,))]
+    return [(known[0][0], (n,))]
 
 
 #: op -> (rule, lowest since_version of the op's schema the rule models).
@@ -655,8 +676,11 @@ RULES: dict[str, tuple[Rule, int]] = {
 
 
 # --------------------------------------------------------------------- values
-def _np_binary(fn):
-    def run(args, attrs, out):
+ValueFn = Callable[[Args, Attrs, TypedShape], "np.ndarray | None"]
+
+
+def _np_binary(fn: Callable[[np.ndarray, np.ndarray], Any]) -> ValueFn:
+    def run(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
         a, b = args
         if a.dtype != b.dtype or a.dtype.kind not in "iuf":
             return None
@@ -672,23 +696,23 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             raise ZeroDivisionError
         q = np.floor_divide(a, b)
         r = np.remainder(a, b)
-        return q + ((r != 0) & ((a < 0) ^ (b < 0))).astype(q.dtype)
-    return np.divide(a, b)
+        return np.asarray(q + ((r != 0) & ((a < 0) ^ (b < 0))).astype(q.dtype))
+    return np.asarray(np.divide(a, b))
 
 
-def _v_mod(args, attrs, out):
+def _v_mod(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     a, b = args
     if a.dtype != b.dtype or a.dtype.kind not in "iuf" or attrs.get("fmod", 0) not in (0, 1):
         return None
     if np.issubdtype(a.dtype, np.integer) and not b.all():
         return None
     with np.errstate(all="ignore"):
-        return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype,
-                                                                               copy=False)
+        res = np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)
+    return np.asarray(res).astype(a.dtype, copy=False)
 
 
-def _v_compare(fn):
-    def run(args, attrs, out):
+def _v_compare(fn: Callable[[np.ndarray, np.ndarray], Any]) -> ValueFn:
+    def run(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
         a, b = args
         if a.dtype != b.dtype:
             return None
@@ -696,21 +720,21 @@ def _v_compare(fn):
     return run
 
 
-def _v_gather(args, attrs, out):
+def _v_gather(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     data, idx = args
     if not np.issubdtype(idx.dtype, np.integer):
         return None
-    return np.take(data, idx, axis=attrs.get("axis", 0))
+    return np.asarray(np.take(data, idx, axis=attrs.get("axis", 0)))
 
 
-def _v_cast(args, attrs, out):
+def _v_cast(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     to = attrs["to"]
     if to not in _NP or args[0].dtype not in _ELEM or len(attrs) > 1:
         return None
-    return args[0].astype(_NP[to])
+    return np.asarray(args[0].astype(_NP[to]))
 
 
-def _v_slice(args, attrs, out):
+def _v_slice(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     x = args[0]
     starts, ends = args[1].ravel().tolist(), args[2].ravel().tolist()
     axes = args[3].ravel().tolist() if len(args) > 3 and args[3] is not None else list(
@@ -720,10 +744,10 @@ def _v_slice(args, attrs, out):
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[a] = slice(s, e, st)
-    return x[tuple(index)]
+    return np.asarray(x[tuple(index)])
 
 
-def _v_constant_of_shape(args, attrs, out):
+def _v_constant_of_shape(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     value = attrs.get("value")
     if value is None:
         fill = np.array(0, dtype=np.float32)
@@ -737,19 +761,19 @@ def _v_constant_of_shape(args, attrs, out):
     return np.full(out[1], fill)
 
 
-def _v_range(args, attrs, out):
+def _v_range(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     start, limit, delta = (a.ravel()[0] for a in args)
     return np.arange(start, limit, delta, dtype=args[0].dtype)
 
 
-def _v_transpose(args, attrs, out):
+def _v_transpose(args: Args, attrs: Attrs, out: TypedShape) -> np.ndarray | None:
     perm = attrs.get("perm")
-    return np.transpose(args[0], perm)
+    return np.asarray(np.transpose(args[0], perm))
 
 
 #: op -> value function (inputs' values, attributes, output type) -> value.
 #: The numpy calls of onnx's reference evaluator for these ops.
-VALUES: dict[str, Callable[[list[np.ndarray], Attrs, TypedShape], np.ndarray | None]] = {
+VALUES: dict[str, ValueFn] = {
     "Identity": lambda a, at, o: a[0].copy(),
     "Gather": _v_gather,
     "Unsqueeze": lambda a, at, o: a[0].reshape(o[1]),
@@ -768,7 +792,8 @@ VALUES: dict[str, Callable[[list[np.ndarray], Attrs, TypedShape], np.ndarray | N
     "Not": lambda a, at, o: np.logical_not(a[0]),
     "Neg": lambda a, at, o: np.negative(a[0]) if a[0].dtype.kind in "if" else None,
     "Abs": lambda a, at, o: np.absolute(a[0]) if a[0].dtype.kind in "iuf" else None,
-    "Where": lambda a, at, o: np.where(a[0], a[1], a[2]) if a[1].dtype == a[2].dtype else None,
+    "Where": lambda a, at, o: np.asarray(np.where(a[0], a[1], a[2])) if a[1].dtype == a[2].dtype
+    else None,
     "Expand": lambda a, at, o: np.broadcast_to(a[0], o[1]).copy(),
     "ConstantOfShape": _v_constant_of_shape,
     "Range": _v_range,
@@ -840,7 +865,7 @@ class Propagation:
                         raise GiveUp(f"tensor {o!r} defined twice")
                     producer[o] = k
             in_types = [shapes.get(i) if i else None for i in ins]
-            result = None
+            result: Sequence[TypedShape | None] | None = None
             entry = rules.get(op)
             if entry is None:
                 entry = rules[op] = _rule_at(op, self.opset)
@@ -848,8 +873,7 @@ class Propagation:
             if rule is not None:
                 if tensors:
                     attrs = {**attrs, **tensors}
-                result = rule(in_types, lambda pos, ins=ins: value(ins[pos]), attrs, len(outs),
-                              since)
+                result = rule(in_types, _getter(value, ins), attrs, len(outs), since)
             if result is None:
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
@@ -979,6 +1003,13 @@ class Propagation:
         self.values[outs[0]] = val
 
 
+def _getter(value: Callable[[str], np.ndarray | None], ins: tuple[str, ...]) -> ValueOf:
+    """A rule's value getter by input position."""
+    def val(pos: int) -> np.ndarray | None:
+        return value(ins[pos])
+    return val
+
+
 _RULES_AT: dict[int, dict[str, tuple[Rule | None, int]]] = {}
 
 
@@ -1000,7 +1031,7 @@ def _rule_at(op: str, opset: int) -> tuple[Rule | None, int]:
     return entry[0], schema.since_version
 
 
-def _constant(ins, val, attrs, n_out, since):
+def _constant(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     if n_out != 1 or len(attrs) != 1:
         return None
     (name, v), = attrs.items()
@@ -1039,8 +1070,10 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray | None:
         dtype = _NP.get(t.data_type)
         if dtype is not None and t.HasField("raw_data") and not t.HasField("segment") \
                 and _LITTLE_ENDIAN:
-            return np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
-        return numpy_helper.to_array(t)
+            raw: np.ndarray = np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
+            return raw
+        decoded: np.ndarray = numpy_helper.to_array(t)
+        return decoded
     except Exception:  # noqa: BLE001 - undecodable data: not a usable constant
         return None
 
