@@ -479,9 +479,9 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     weight_col = [0.0] * n_nodes
     params_col = [0.0] * n_nodes
     ai_col = [0.0] * n_nodes
-    hp_rows: list[int] = []  # sparse hyper-parameters from the cost rules
-    hp_cols: list[int] = []
-    hp_vals: list[float] = []
+    # the cost rules' hyper-parameters, grouped by their names (a Conv has
+    # 13, always the same): one numpy assignment per group at the end
+    hp_groups: dict[tuple[str, ...], tuple[list[int], list[list[float]]]] = {}
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
     weight_uses: dict[str, int] = {}
@@ -588,13 +588,14 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             r = len(shape)
             out_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
                               shape[0] if r == 1 else 1)
-        if cost.hparams:
-            for col, val in cost.hparams.items():
-                j = _HP_IDX.get(col)
-                if j is not None:
-                    hp_rows.append(k)
-                    hp_cols.append(j)
-                    hp_vals.append(float(val))
+        hparams = cost.hparams
+        if hparams:
+            keys = tuple(hparams)
+            group = hp_groups.get(keys)
+            if group is None:
+                group = hp_groups[keys] = ([], [])
+            group[0].append(k)
+            group[1].append(list(hparams.values()))
         flops_col[k] = float(flops)
         mac_col[k] = float(mac)
         weight_col[k] = float(weight_bytes)
@@ -609,8 +610,12 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
                       ("flops", flops_col), ("mac", mac_col), ("weight", weight_col),
                       ("params", params_col), ("ai", ai_col)):
         x[:, _NODE_IDX[col]] = vals
-    if hp_rows:  # the rules' hyper-parameters override the generic ones above
-        x[hp_rows, hp_cols] = hp_vals
+    for keys, (hp_rows, hp_vals) in hp_groups.items():
+        # the rules' hyper-parameters override the generic columns set above
+        picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
+        if picked:
+            table = np.array(hp_vals, dtype=np.float64)  # float(v) of each, as numpy converts
+            x[np.ix_(hp_rows, [j for _, j in picked])] = table[:, [i for i, _ in picked]]
 
     for col, src_col in (("flops_ratio", "flops"), ("mac_ratio", "mac"),
                          ("weight_ratio", "weight")):

@@ -873,7 +873,8 @@ class Propagation:
             if rule is not None:
                 if tensors:
                     attrs = {**attrs, **tensors}
-                result = rule(in_types, _getter(value, ins), attrs, len(outs), since)
+                result = rule(in_types, _getter(value, ins) if op in _READS_VALUES else _no_values,
+                              attrs, len(outs), since)
             if result is None:
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
@@ -1001,6 +1002,17 @@ class Propagation:
         if _ELEM.get(val.dtype) != out[0] or val.shape != out[1]:
             raise GiveUp(f"value of {outs[0]!r} disagrees with its inferred type")
         self.values[outs[0]] = val
+
+
+#: Ops whose rules read constant values of their inputs.
+_READS_VALUES = frozenset({"Reshape", "Split", "Slice", "Unsqueeze", "Squeeze", "Expand", "Tile",
+                           "ConstantOfShape", "Range"})
+
+
+def _no_values(pos: int) -> np.ndarray | None:
+    """The value getter of rules that read no values (_READS_VALUES lists
+    the others); should one ever ask, onnx decides."""
+    raise GiveUp("a rule outside _READS_VALUES asked for a value")
 
 
 def _getter(value: Callable[[str], np.ndarray | None], ins: tuple[str, ...]) -> ValueOf:
