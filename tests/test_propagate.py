@@ -100,3 +100,15 @@ def test_broadcast_matches_numpy():
         assert propagate._broadcast((a, b)) == np.broadcast_shapes(a, b)
     with pytest.raises(propagate.GiveUp):
         propagate._broadcast(((2, 3), (4, 3)))
+
+
+@pytest.mark.parametrize("op", ["Relu", "Softmax", "Conv", "Reshape", "Concat"])
+def test_a_node_without_inputs_is_left_to_onnx(op, monkeypatch):
+    """Fuzz seed 1 cases 5516 and 7374: a Relu / Softmax whose inputs the
+    mutations removed made a rule index past its (empty) input list."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node(op, [], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    data = model(nodes, [("x", [1, 4])], [("y", None)]).SerializeToString()
+    fast, slow = _both(data, {}, monkeypatch)
+    assert diff(slow, fast) == []
+    assert fast.get("error") != "GraphError" or "please report" not in fast["message"]

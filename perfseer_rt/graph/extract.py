@@ -341,6 +341,11 @@ class _Structure:
         except GiveUp as exc:
             log.debug("%s: shape propagation gave up (%s)", self.name, exc)
             return None
+        except (PerfSeerError, MemoryError, RecursionError):
+            raise  # a limit or an invalid model: the same for every engine
+        except Exception:  # noqa: BLE001 - the pass only accelerates: onnx decides
+            log.debug("%s: shape propagation failed", self.name, exc_info=True)
+            return None
 
     def skeleton_for(self, inputs: dict[str, Shape], reuse: bool) -> onnx.ModelProto:
         """The shape-inference skeleton with these input shapes; with

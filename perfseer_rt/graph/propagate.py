@@ -873,8 +873,14 @@ class Propagation:
             if rule is not None:
                 if tensors:
                     attrs = {**attrs, **tensors}
-                result = rule(in_types, _getter(value, ins) if op in _READS_VALUES else _no_values,
-                              attrs, len(outs), since)
+                try:
+                    result = rule(in_types, _getter(value, ins) if op in _READS_VALUES
+                                  else _no_values, attrs, len(outs), since)
+                except GiveUp:
+                    raise
+                except (IndexError, KeyError, TypeError, ValueError, AttributeError,
+                        ZeroDivisionError, OverflowError):
+                    result = None  # a malformed node (e.g. no inputs): onnx decides
             if result is None:
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
