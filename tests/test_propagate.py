@@ -112,3 +112,15 @@ def test_a_node_without_inputs_is_left_to_onnx(op, monkeypatch):
     fast, slow = _both(data, {}, monkeypatch)
     assert diff(slow, fast) == []
     assert fast.get("error") != "GraphError" or "please report" not in fast["message"]
+
+
+@pytest.mark.parametrize("case", [5282, 5516, 7374])
+def test_fuzz_cases_that_once_differed(case, monkeypatch):
+    """Fuzz seed 1: 5282 put an unknown attribute on a folded Reshape (onnx's
+    reference evaluator refuses it, so the pad sizes it feeds stay unknown and
+    the model is refused; the pass must not compute that value either);
+    5516 and 7374 left a Relu / Softmax without inputs."""
+    seeds = built_seeds() + file_seeds()
+    data, batch, _ = make_case(seeds, 1, case)
+    fast, slow = _both(data, {"batch": batch}, monkeypatch)
+    assert diff(slow, fast) == []

@@ -273,11 +273,11 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
     except TypeError:
         pass
     texts: list[str | bytes] = []
-    for row in table:
-        texts += row[:3]
-        texts += row[INS]
-        texts += row[OUTS]
-        texts += attribute_names(row)
+    for n in g.node:  # read again, in the order of the fields (an error path)
+        texts += (n.name, n.op_type, n.domain)
+        texts += n.input
+        texts += n.output
+        texts += [a.name for a in n.attribute]
     for vis in (g.input, g.output, g.value_info, g.initializer):
         texts += [v.name for v in vis]
     texts += [t.values.name for t in g.sparse_initializer]
@@ -412,15 +412,18 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     ops = [r[0] for r in rows]
     node_ins = [r[3] for r in rows]
     node_outs = [r[4] for r in rows]
-    needed: set[str] = set()
+    # the tensors whose shapes the features need, in node order (an error
+    # about them names the first, whatever the process's string hashing)
+    ordered: dict[str, None] = {}
     for op, ins_, outs_ in zip(ops, node_ins, node_outs):
         params = PARAM_INPUTS.get(op)
         if params:
-            needed.update(t for pos, t in enumerate(ins_) if t and pos not in params)
+            ordered.update((t, None) for pos, t in enumerate(ins_) if t and pos not in params)
         else:
-            needed.update(ins_)
-        needed.update(outs_)
-    needed.discard("")
+            ordered.update(dict.fromkeys(ins_))
+        ordered.update(dict.fromkeys(outs_))
+    ordered.pop("", None)
+    needed = set(ordered)
     fast = st.propagate(inputs, deadline)
     if fast is not None:
         shapes, engine = fast, "perfseer"
@@ -442,7 +445,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
             "or named dims with --dim")
-    for t in needed:
+    for t in ordered:
         elem, shape = shapes[t]
         elems = 1
         for d in shape:

@@ -991,6 +991,9 @@ class Propagation:
                     val = np.array(x[1][start:end], dtype=np.int64)
             else:
                 fn = VALUES.get(op)
+                if (attrs or tensors) and not _known_attrs(op, self.opset).issuperset(
+                        (*attrs, *tensors)):
+                    return  # onnx's reference evaluator refuses some ops so
                 args = [self.values.get(i) if i else None for i in ins]
                 if fn is None or not ins or any(i and a is None for i, a in zip(ins, args)) or any(
                         a is not None and a.size > MAX_CONST_ELEMS for a in args):
@@ -1026,6 +1029,21 @@ def _getter(value: Callable[[str], np.ndarray | None], ins: tuple[str, ...]) -> 
     def val(pos: int) -> np.ndarray | None:
         return value(ins[pos])
     return val
+
+
+_KNOWN_ATTRS: dict[tuple[str, int], frozenset[str]] = {}
+
+
+def _known_attrs(op: str, opset: int) -> frozenset[str]:
+    """The attribute names onnx's schema of ``op`` declares (a value is
+    computed only for nodes without others: onnx's reference evaluator
+    refuses unknown attributes on some ops)."""
+    key = (op, opset)
+    found = _KNOWN_ATTRS.get(key)
+    if found is None:
+        schema = _schema(op, opset)
+        found = _KNOWN_ATTRS[key] = frozenset(schema.attributes) if schema else frozenset()
+    return found
 
 
 _RULES_AT: dict[int, dict[str, tuple[Rule | None, int]]] = {}
