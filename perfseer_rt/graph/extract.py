@@ -420,8 +420,10 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         if params:
             ordered.update((t, None) for pos, t in enumerate(ins_) if t and pos not in params)
         else:
-            ordered.update(dict.fromkeys(ins_))
-        ordered.update(dict.fromkeys(outs_))
+            for t in ins_:
+                ordered[t] = None
+        for t in outs_:
+            ordered[t] = None
     ordered.pop("", None)
     needed = set(ordered)
     fast = st.propagate(inputs, deadline)
@@ -445,11 +447,13 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
             "or named dims with --dim")
+    counted: dict[str, int] = {}  # element counts, for the TensorInfos below
     for t in ordered:
         elem, shape = shapes[t]
         elems = 1
         for d in shape:
             elems *= d
+        counted[t] = elems
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: tensor {t!r} would have shape {list(shape)} "
                              f"({elems:.3g} elements, over the {MAX_ELEMS:.3g} limit); "
@@ -467,7 +471,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             size = itemsize.get(elem)
             if size is None:
                 size = itemsize[elem] = dtypes.itemsize(elem, f"tensor {t!r}")
-            ti = tinfo[t] = TensorInfo(t, shape, size)
+            ti = tinfo[t] = TensorInfo(t, shape, size, counted.get(t))
         return ti
 
     producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}

@@ -72,11 +72,12 @@ class TensorInfo:
 
     __slots__ = ("name", "shape", "itemsize", "elems", "nbytes")
 
-    def __init__(self, name: str, shape: tuple[int, ...], itemsize: float):
+    def __init__(self, name: str, shape: tuple[int, ...], itemsize: float,
+                 elems: int | None = None):
         self.name = name
         self.shape = shape
         self.itemsize = itemsize  # bytes per element; 0.5 for 4-bit types
-        self.elems = int(math.prod(shape))
+        self.elems = int(math.prod(shape)) if elems is None else elems  # given: already counted
         self.nbytes = self.elems * itemsize
 
     def __repr__(self) -> str:

@@ -647,6 +647,12 @@ def _range(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Re
     return [(known[0][0], (n,))]
 
 
+#: Rules whose output dims are dims of their inputs (already in range).
+_KEEP_DIMS = frozenset({_same, _to_bool, _binary, _compare, _variadic, _where, _cast,
+                        _cast_like, _softmax, _dropout, _batchnorm, _layernorm, _transpose,
+                        _gather_elements, _gather, _matmul, _gemm, _squeeze, _unsqueeze,
+                        _global_pool, _slice})
+
 #: op -> (rule, lowest since_version of the op's schema the rule models).
 RULES: dict[str, tuple[Rule, int]] = {
     **{op: (_same, 6) for op in (
@@ -886,7 +892,8 @@ class Propagation:
             for o, typed in zip(outs, result):
                 if o and typed is not None:
                     shape = typed[1]
-                    if shape and (min(shape) < 0 or max(shape) >= _MAX_DIM):
+                    if shape and rule not in _KEEP_DIMS and (
+                            min(shape) < 0 or max(shape) >= _MAX_DIM):
                         raise GiveUp("dim out of range")
                     shapes[o] = typed
             if k in kept_set:
