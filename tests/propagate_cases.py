@@ -264,7 +264,7 @@ def onnx_result(op, opset, ins, attrs, n_out):
                               ir_version=8)
     inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
                                                  data_prop=True)
-    found = {vi.name: P._static(vi.type) for vi in inferred.graph.value_info}
+    found = {vi.name: P.static_type(vi.type) for vi in inferred.graph.value_info}
     return [found.get(o) for o in node.output]
 
 

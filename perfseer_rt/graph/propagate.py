@@ -933,7 +933,7 @@ class Propagation:
         out: list[TypedShape | None] = []
         for o in node.output:
             tp = res.get(o) if o else None
-            out.append(_static(tp) if tp is not None else None)
+            out.append(static_type(tp) if tp is not None else None)
         return out
 
     def value(self, name: str) -> np.ndarray | None:
@@ -1124,7 +1124,7 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray | None:
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-def _static(tp: onnx.TypeProto) -> TypedShape | None:
+def static_type(tp: onnx.TypeProto) -> TypedShape | None:
     """(elem_type, shape) of a TypeProto with every dim a number >= 0."""
     if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
         return None

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import LimitError, ShapeError
 from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN, MIN_BATCH, Deadline
+from perfseer_rt.graph.propagate import static_type
 
 log = logging.getLogger(__name__)
 
@@ -363,18 +364,6 @@ def _schema(op: str, domain: str, version: int) -> Any:
     return _SCHEMAS[key]
 
 
-def _static(tp: onnx.TypeProto) -> TypedShape | None:
-    """(elem_type, shape) of a TypeProto with every dim a number >= 0."""
-    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
-        return None
-    dims = []
-    for d in tp.tensor_type.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        dims.append(d.dim_value)
-    return tp.tensor_type.elem_type, tuple(dims)
-
-
 def _with_initializers(sk: onnx.ModelProto, known: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``known`` constants plus every decodable initializer of ``sk`` not among them."""
     avail: dict[str, np.ndarray] = dict(known)
@@ -473,7 +462,7 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                     schema, node, types, data, opset_imports=opset_list,
                     ir_version=sk.ir_version)
                 for o in missing:
-                    typed = _static(res[o]) if o in res else None
+                    typed = static_type(res[o]) if o in res else None
                     if typed is not None:
                         shapes[o] = typed
     except LimitError:
