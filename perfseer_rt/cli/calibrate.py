@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from tqdm import tqdm
 
 from perfseer_rt.calibrate.api import calibrate as do_calibrate
 from perfseer_rt.calibrate.reference import references
@@ -25,10 +26,6 @@ from perfseer_rt.cli.common import emit_json
 def calibrate(name: str | None, base: str, provider: str, out: str | None, n_models: int | None,
               force: bool, as_json: bool) -> None:
     """Profile bundled reference models here; write a calibrated device entry."""
-    # lazy: tqdm costs ~0.04 CPU-s at import, and every perfseer-rt command
-    # imports this module (the CLI's command table); only calibrate draws a bar
-    from tqdm import tqdm
-
     refs = references()[:n_models] if n_models else references()
     with tqdm(total=len(refs), unit="model", desc="calibrate", disable=as_json, leave=False) as bar:
         def progress(done: int, total: int, model: str) -> None:
