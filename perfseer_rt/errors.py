@@ -38,6 +38,10 @@ class GraphError(PerfSeerError):
     range, a tensor too large to be real, or features that would not be
     finite and non-negative."""
 
+    #: True when extraction failed on an unexpected internal error (a bug to
+    #: report; the fuzzer counts these apart from the expected refusals).
+    internal: bool = False
+
 
 class LimitError(PerfSeerError):
     """Extraction hit its node cap or time limit (never a hang)."""

@@ -45,12 +45,17 @@ def test_batches_equal_one_by_one(source, kw):
 
 
 def test_structure_work_is_done_once(monkeypatch):
-    calls = []
-    real = shapes_mod.skeleton
+    folds, skeletons = [], []
     ex = sys.modules["perfseer_rt.graph.extract"]  # the module (the package rebinds the name)
-    monkeypatch.setattr(ex, "skeleton", lambda *a: calls.append(1) or real(*a))
+    real_fold, real_skeleton = ex.fold_static, shapes_mod.skeleton
+    monkeypatch.setattr(ex, "fold_static", lambda *a: folds.append(1) or real_fold(*a))
+    monkeypatch.setattr(ex, "skeleton", lambda *a: skeletons.append(1) or real_skeleton(*a))
     extract_batches(conv_chain(), [1, 2, 3])
-    assert len(calls) == 1
+    assert (len(folds), len(skeletons)) == (1, 0)  # shapes from the Python pass
+    # where the pass gives up, onnx's skeleton is built once and re-shaped
+    monkeypatch.setattr(ex._Structure, "propagate", lambda self, inputs, deadline: None)
+    extract_batches(conv_chain(), [1, 2, 3])
+    assert (len(folds), len(skeletons)) == (2, 1)
 
 
 def test_bad_batch_is_the_same_typed_error():

@@ -14,29 +14,53 @@ CPU-time limit, and writes no file.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import chain
+from operator import itemgetter
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static, weight_roots
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
-from perfseer_rt.graph.load import load_model
-from perfseer_rt.graph.ops import (PARAM_INPUTS, SPATIAL_OPS, TensorInfo, channel_dim,
-                                   check_spatial_attrs, is_known, node_cost, read_attr_list,
-                                   read_attrs)
+from perfseer_rt.graph.load import ModelSource, load_model
+from perfseer_rt.graph.nodes import (
+    ATTRS,
+    DOMAIN,
+    INS,
+    NAME,
+    OP,
+    OTHER,
+    OUTS,
+    Row,
+    attribute_names,
+    has_subgraph,
+    node_table,
+)
+from perfseer_rt.graph.ops import (
+    PARAM_INPUTS,
+    SPATIAL_OPS,
+    NodeCost,
+    TensorInfo,
+    check_spatial_attrs,
+    is_known,
+    node_cost,
+)
 from perfseer_rt.graph.perfgraph import PerfGraph
+from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
+from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
 from perfseer_rt.graph.structure import structure_globals
-from perfseer_rt.graph.shapes import (graph_inputs, infer_shapes, resolve_inputs, skeleton,
-                                      weight_inputs)
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+Shape = tuple[int, ...]
 
 _NODE_IDX = layout.column_index(layout.NODE_COLUMNS)
 _OP_COL = {op: _NODE_IDX[f"op_{op}"] for op in layout.OP_VOCAB}
@@ -48,7 +72,7 @@ _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 SHARED_WARN_ELEMS = 1024
 
 
-def extract(model, batch: int | None = None,
+def extract(model: ModelSource, batch: int | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
             time_limit: float | None = TIME_LIMIT_S) -> PerfGraph:
@@ -77,10 +101,16 @@ def extract(model, batch: int | None = None,
         proto, name, batch, input_shapes, dims, max_nodes, Deadline(time_limit, name)))
 
 
-def _guarded(model, work):
+def _guarded(model: ModelSource, work: Callable[[onnx.ModelProto, str], _T]) -> _T:
     """Load ``model`` and run ``work(proto, name)`` under the failure
     contract: only PerfSeerError subclasses leave."""
     name = "<model>"
+    # Extraction allocates millions of small acyclic objects on large graphs;
+    # Python's cyclic collector then spends a fifth of the time scanning
+    # them (100k-node chain: 2.3 -> 1.85 CPU-s without it). It is paused for
+    # the call and restored as it was.
+    gc_was_on = gc.isenabled()
+    gc.disable()
     try:
         proto, name = load_model(model)
         return work(proto, name)
@@ -98,9 +128,13 @@ def _guarded(model, work):
                          "please report this model")
         err.internal = True
         raise err from exc
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
-def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | None = None,
+def extract_batches(model: ModelSource, batches: Iterable[int | None],
+                    input_shapes: dict[str, tuple[int, ...]] | None = None,
                     dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
                     time_limit: float | None = TIME_LIMIT_S) -> list[PerfGraph]:
     """The PerfGraphs of one model at several batch sizes, in one pass.
@@ -118,17 +152,17 @@ def extract_batches(model, batches, input_shapes: dict[str, tuple[int, ...]] | N
     Raises:
         The errors of :func:`extract`, for the first batch size that fails.
     """
-    batches = list(batches)
+    sizes = list(batches)
 
-    def work(proto, name):
+    def work(proto: onnx.ModelProto, name: str) -> list[PerfGraph]:
         st = _Structure(proto, name, max_nodes)
         return [_extract_shaped(st, b, input_shapes, dims, Deadline(time_limit, name),
-                                reuse_skeleton=True) for b in batches]
+                                reuse_skeleton=True) for b in sizes]
 
     return _guarded(model, work)
 
 
-def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = None) -> int:
+def count_nodes(graph: onnx.GraphProto, cap: int, table: list[Row] | None = None) -> int:
     """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
     total = len(graph.node)
     stack = []
@@ -136,7 +170,8 @@ def count_nodes(graph: onnx.GraphProto, cap: int, table: list[NodeRow] | None = 
         stack.append(graph)
     else:  # the top graph's attributes from the table
         for row in table:
-            total += _push_subgraphs(row[5], stack)
+            if row[OTHER]:
+                total += _push_subgraphs(row[OTHER], stack)
     while stack and total <= cap:
         for node in stack.pop().node:
             total += _push_subgraphs(node.attribute, stack)
@@ -157,9 +192,15 @@ def _push_subgraphs(attributes: Iterable[onnx.AttributeProto], stack: list[onnx.
     return nodes
 
 
+#: What validation reads of each initializer (dense ones, then the values of
+#: sparse ones): (name, data type, dims, elements, data in the file).
+InitInfo = tuple[str, int, tuple[int, ...], int, bool]
+
+
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
-              table: list[NodeRow] | None = None) -> None:
-    """Node cap, element types and initializer dims, before any arithmetic."""
+              table: list[Row] | None = None) -> list[InitInfo]:
+    """Node cap, element types and initializer dims, before any arithmetic;
+    returns what it read of the initializers."""
     g = proto.graph
     table = node_table(g) if table is None else table
     n = count_nodes(g, max_nodes, table)
@@ -167,10 +208,10 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
-    for k, row in enumerate(table):
+    for row in table:
         if row[0] in SPATIAL_OPS:
             try:
-                check_spatial_attrs(read_attrs(g.node[k]))
+                check_spatial_attrs(row[ATTRS])
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
     inits = {t.name for t in g.initializer}
@@ -183,53 +224,70 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                 raise GraphError(f"{name}: input {vi.name!r} is a 1-D integer tensor of "
                                  f"{tt.shape.dim[0].dim_value} elements, over the "
                                  f"{MAX_SHAPE_LEN} limit")
+    summary: list[InitInfo] = []
+    external = onnx.TensorProto.EXTERNAL
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
-        size = dtypes.itemsize(t.data_type, f"{name}: initializer {t.name!r}")
+        data_type = t.data_type
+        dims = tuple(t.dims)
+        size = dtypes.itemsize(data_type, f"{name}: initializer {t.name!r}")
         elems = 1
-        for d in t.dims:
+        for d in dims:
             if d < 0:
                 raise GraphError(f"{name}: initializer {t.name!r} has a negative dim "
-                                 f"{list(t.dims)}")
+                                 f"{list(dims)}")
             elems *= d
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: initializer {t.name!r} has {elems:.3g} elements, "
                              f"over the {MAX_ELEMS:.3g} limit")
-        stored = _stored_bytes(t)
+        in_file = t.data_location != external
+        stored = _stored_bytes(t) if in_file else None
         if stored is None:  # no data (structure-only): its dims are all there is
-            if t.data_type in _INT_TYPES and len(t.dims) == 1 and elems > MAX_SHAPE_LEN:
+            if data_type in _INT_TYPES and len(dims) == 1 and elems > MAX_SHAPE_LEN:
                 raise GraphError(f"{name}: initializer {t.name!r} is a 1-D integer tensor "
                                  f"of {elems} elements without data, over the "
                                  f"{MAX_SHAPE_LEN} limit")
         elif elems * size > 8 * stored + 64:
-            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(t.dims)} "
+            raise GraphError(f"{name}: initializer {t.name!r} declares dims {list(dims)} "
                              f"({elems:.3g} elements) but stores only {stored} bytes")
+        summary.append((t.name, data_type, dims, elems, in_file))
+    return summary
 
 
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 
 
-def _check_names(g: onnx.GraphProto, name: str, table: list[NodeRow]) -> None:
+def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
     """Every name is text: protobuf hands a string field that is not valid
     UTF-8 back as bytes, which no later step could compare or print."""
-    texts: list = []
-    for op, node_name, domain, ins, outs, attrs in table:
-        texts += (node_name, op, domain)
-        texts += ins
-        texts += outs
-        if attrs:
-            texts += [a.name for a in attrs]
-    texts += [v.name for v in g.input]
-    texts += [v.name for v in g.output]
-    texts += [v.name for v in g.value_info]
-    texts += [t.name for t in g.initializer]
-    texts += [t.values.name for t in g.sparse_initializer]
+    join = "".join  # fails on the first bytes object, at C speed
     try:
-        "".join(texts)  # fails on the first bytes object, at C speed
+        for col in (OP, NAME, DOMAIN):
+            join(map(itemgetter(col), table))
+        for col in (INS, OUTS):
+            join(chain.from_iterable(map(itemgetter(col), table)))
+        join(chain.from_iterable(attribute_names(r) for r in table if r[5] or r[6] or r[7]))
+        for vis in (g.input, g.output, g.value_info, g.initializer):
+            join([v.name for v in vis])
+        join([t.values.name for t in g.sparse_initializer])
         return
     except TypeError:
-        bad = next(s for s in texts if type(s) is not str)
+        pass
+    texts: list[str | bytes] = []
+    for n in g.node:  # read again, in the order of the fields (an error path)
+        texts += (n.name, n.op_type, n.domain)
+        texts += n.input
+        texts += n.output
+        texts += [a.name for a in n.attribute]
+    for vis in (g.input, g.output, g.value_info, g.initializer):
+        texts += [v.name for v in vis]
+    texts += [t.values.name for t in g.sparse_initializer]
+    bad = b""
+    for text in texts:
+        if isinstance(text, bytes):
+            bad = text
+            break
     raise GraphError(f"{name}: a node, tensor or attribute name is not valid UTF-8 "
-                     f"({bytes(bad)[:40]!r})")
+                     f"({bad[:40]!r})")
 
 
 def _stored_bytes(t: onnx.TensorProto) -> int | None:
@@ -237,22 +295,12 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     no data at all)."""
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return None
-    if t.raw_data:
-        return len(t.raw_data)
+    raw = t.raw_data  # a copy of the bytes: read once
+    if raw:
+        return len(raw)
     n = 8 * (len(t.float_data) + len(t.int32_data) + len(t.int64_data) + len(t.double_data)
              + len(t.uint64_data)) + sum(len(x) for x in t.string_data)
     return n or None
-
-
-#: One node's protobuf fields, read once: (op_type, name, domain, inputs,
-#: outputs, attributes). Every protobuf field access costs ~0.2 us, and
-#: validation, folding and costing all walk every node.
-NodeRow = tuple
-
-
-def node_table(graph: onnx.GraphProto) -> list[NodeRow]:
-    return [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output), list(n.attribute))
-            for n in graph.node]
 
 
 class _Structure:
@@ -262,20 +310,45 @@ class _Structure:
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
         self.table = node_table(proto.graph)
-        _validate(proto, name, max_nodes, self.table)
+        inits_read = _validate(proto, name, max_nodes, self.table)
         self.proto = proto
         self.name = name
         self.max_nodes = max_nodes
         self.weights = weight_inputs(proto)
-        inits = {t.name for t in proto.graph.initializer}
-        inits.update(t.values.name for t in proto.graph.sparse_initializer)
+        inits = {t[0] for t in inits_read}
         inits.update(self.weights)
         self.const, self.kept = fold_static(proto, inits, self.table)
         self.roots = weight_roots(self.table, self.const)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
+        self.fast = _fast_setup(proto, inits_read)
+        self.folded = set(range(len(self.table))) - set(self.kept)
 
-    def skeleton_for(self, inputs, reuse: bool) -> onnx.ModelProto:
+    def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
+                  ) -> dict[str, TypedShape] | None:
+        """Shapes from :mod:`perfseer_rt.graph.propagate`, or None where it
+        gives up (onnx's inference on the skeleton then decides)."""
+        if self.fast is None:
+            return None
+        typed_inits, input_elems, constants, late, opset = self.fast
+        typed = dict(typed_inits)
+        for n, elem in input_elems:
+            typed[n] = (elem, inputs[n])
+        if long_1d(typed):
+            return None
+        try:
+            return Propagation(self.table, self.folded, typed, constants, late, self.proto,
+                               opset).run(self.kept, deadline)
+        except GiveUp as exc:
+            log.debug("%s: shape propagation gave up (%s)", self.name, exc)
+            return None
+        except (PerfSeerError, MemoryError, RecursionError):
+            raise  # a limit or an invalid model: the same for every engine
+        except Exception:  # noqa: BLE001 - the pass only accelerates: onnx decides
+            log.debug("%s: shape propagation failed", self.name, exc_info=True)
+            return None
+
+    def skeleton_for(self, inputs: dict[str, Shape], reuse: bool) -> onnx.ModelProto:
         """The shape-inference skeleton with these input shapes; with
         ``reuse`` the one skeleton of the model is re-shaped in place (its
         nodes and weights are the same for every batch size)."""
@@ -294,19 +367,44 @@ class _Structure:
         return sk
 
 
-def _extract(proto, name, batch, input_shapes, dims, max_nodes, deadline, depth=0) -> PerfGraph:
+FastSetup = tuple[dict[str, TypedShape], list[tuple[str, int]], dict[str, onnx.TensorProto],
+                  set[str], int]
+
+
+def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]) -> FastSetup | None:
+    """What :meth:`_Structure.propagate` needs of the model, or None where
+    the pass does not apply (IR < 4: onnx does not type initializers that are
+    not inputs; model-local functions; no or ambiguous default opset;
+    repeated initializer names; sparse initializers)."""
+    versions = [imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")]
+    g = proto.graph
+    if proto.ir_version < 4 or len(proto.functions) or len(versions) != 1 or len(
+            g.sparse_initializer):
+        return None
+    typed = {n: (data_type, dims) for n, data_type, dims, _, _ in inits}
+    if len(typed) != len(inits):
+        return None
+    elems = [(vi.name, vi.type.tensor_type.elem_type) for vi in graph_inputs(proto)]
+    if any(n in typed for n, _ in elems) or len({n for n, _ in elems}) != len(elems):
+        return None
+    constants, late = value_sources(g.initializer, inits)
+    return typed, elems, constants, late, versions[0]
+
+
+def _extract(proto: onnx.ModelProto, name: str, batch: int | None,
+             input_shapes: dict[str, Shape] | None, dims: dict[str, int] | None, max_nodes: int,
+             deadline: Deadline, depth: int = 0) -> PerfGraph:
     return _extract_shaped(_Structure(proto, name, max_nodes), batch, input_shapes, dims,
                            deadline, depth)
 
 
-def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0,
+def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
+                    dims: dict[str, int] | None, deadline: Deadline, depth: int = 0,
                     reuse_skeleton: bool = False) -> PerfGraph:
     """The PerfGraph of a validated, folded model at one set of input shapes."""
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
-    sk = st.skeleton_for(inputs, reuse_skeleton)
     const, kept, roots = st.const, st.kept, st.roots
-    sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
     if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
@@ -315,22 +413,33 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     ops = [r[0] for r in rows]
     node_ins = [r[3] for r in rows]
     node_outs = [r[4] for r in rows]
-    needed = set()
+    # the tensors whose shapes the features need, in node order (an error
+    # about them names the first, whatever the process's string hashing)
+    ordered: dict[str, None] = {}
     for op, ins_, outs_ in zip(ops, node_ins, node_outs):
         params = PARAM_INPUTS.get(op)
         if params:
-            needed.update(t for pos, t in enumerate(ins_) if t and pos not in params)
+            ordered.update((t, None) for pos, t in enumerate(ins_) if t and pos not in params)
         else:
-            needed.update(ins_)
-        needed.update(outs_)
-    needed.discard("")
-    kept_set = set(kept)
-    folded = [n for i, n in enumerate(sk.graph.node) if i not in kept_set]
-    shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
-    all_outs = {o for outs_ in node_outs for o in outs_ if o}
-    if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
-        shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
-                                           folded, deadline, proto)
+            for t in ins_:
+                ordered[t] = None
+        for t in outs_:
+            ordered[t] = None
+    ordered.pop("", None)
+    needed = set(ordered)
+    fast = st.propagate(inputs, deadline)
+    if fast is not None:
+        shapes, engine = fast, "perfseer"
+    else:
+        sk = st.skeleton_for(inputs, reuse_skeleton)
+        sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
+        kept_set = set(kept)
+        folded = [n for i, n in enumerate(sk_nodes) if i not in kept_set]
+        shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
+        all_outs = {o for outs_ in node_outs for o in outs_ if o}
+        if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
+            shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
+                                               folded, deadline, proto)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -339,11 +448,13 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
             "or named dims with --dim")
-    for t in needed:
+    counted: dict[str, int] = {}  # element counts, for the TensorInfos below
+    for t in ordered:
         elem, shape = shapes[t]
         elems = 1
         for d in shape:
             elems *= d
+        counted[t] = elems
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: tensor {t!r} would have shape {list(shape)} "
                              f"({elems:.3g} elements, over the {MAX_ELEMS:.3g} limit); "
@@ -361,7 +472,7 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
             size = itemsize.get(elem)
             if size is None:
                 size = itemsize[elem] = dtypes.itemsize(elem, f"tensor {t!r}")
-            ti = tinfo[t] = TensorInfo(t, shape, size)
+            ti = tinfo[t] = TensorInfo(t, shape, size, counted.get(t))
         return ti
 
     producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
@@ -381,104 +492,131 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
     weight_col = [0.0] * n_nodes
     params_col = [0.0] * n_nodes
     ai_col = [0.0] * n_nodes
-    hp_rows: list[int] = []  # sparse hyper-parameters from the cost rules
-    hp_cols: list[int] = []
-    hp_vals: list[float] = []
+    # the cost rules' hyper-parameters, grouped by their names (a Conv has
+    # 13, always the same): one numpy assignment per group at the end
+    hp_groups: dict[tuple[str, ...], tuple[list[int], list[list[float]]]] = {}
     unknown: list[str] = []
     src, dst, edge_tensors = [], [], []
-    weight_uses: Counter[str] = Counter()
-    flops_by_dtype: Counter[int] = Counter()  # elem type of each node's first input
+    weight_uses: dict[str, int] = {}
+    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
     control_notes: list[str] = []
     weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
-    empty: frozenset[int] = frozenset()
+    compute_types = _COMPUTE_TYPES
     for k in range(n_nodes):
         if not k % 4096:
             deadline.check("node costs")
         op = ops[k]
         node_in = node_ins[k]
         node_out = node_outs[k]
-        params = PARAM_INPUTS.get(op, empty)
-        ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
-               for pos, t in enumerate(node_in)]
+        params = PARAM_INPUTS.get(op)
+        if params:
+            ins = [(tinfo.get(t) or info(t)) if t and pos not in params else None
+                   for pos, t in enumerate(node_in)]
+        else:
+            ins = [(tinfo.get(t) or info(t)) if t else None for t in node_in]
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
-        attributes = rows[k][5]
-        if op in _CONTROL_FLOW and any(a.type in _SUBGRAPH_TYPES for a in attributes):
-            cost, ruled, note = _control_flow_cost(sk_nodes[kept[k]], proto, shapes, max_nodes,
-                                                   deadline, depth)
+        if op in _CONTROL_FLOW and has_subgraph(rows[k]):
+            cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
+                                                   max_nodes, deadline, depth)
             if note:
                 control_notes.append(note)
         else:
-            cost, ruled = node_cost(op, ins, outs, read_attr_list(attributes) if attributes else {})
+            cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
-        first_typed = None
-        for t in (*node_in, *node_out):
-            if t:
-                typed = shapes.get(t)
-                if typed is not None:
-                    if first_typed is None:
-                        first_typed = typed[0]
-                    if typed[0] in _COMPUTE_TYPES:
-                        compute = typed[0]
-                        break
-        if compute is None:
-            compute = first_typed if first_typed is not None else 0
-        flops_by_dtype[compute] += float(cost.flops)
+        typed = shapes.get(node_in[0]) if node_in and node_in[0] else None
+        if typed is not None and typed[0] in compute_types:
+            compute = typed[0]  # the common case: the first input
+        else:
+            first_typed = None
+            for t in (*node_in, *node_out):
+                if t:
+                    typed = shapes.get(t)
+                    if typed is not None:
+                        if first_typed is None:
+                            first_typed = typed[0]
+                        if typed[0] in compute_types:
+                            compute = typed[0]
+                            break
+            if compute is None:
+                compute = first_typed if first_typed is not None else 0
+        flops = cost.flops
+        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + float(flops)
         if not ruled:
             unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
 
-        data_bytes = weight_bytes = params_n = 0
+        data_bytes: float = 0
+        weight_bytes: float = 0
+        params_n = 0
         first_data = None
         n_data = 0
-        node_edges: set[tuple[int, str]] = set()
-        for pos, (tname, ti) in enumerate(zip(node_in, ins)):
+        linked: list[str] | None = None  # tensors this node already has an edge for
+        for tname, ti in zip(node_in, ins):
             if ti is None:
                 continue
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
                 root = roots.get(tname, tname)  # aliases of one weight count once
-                weight_uses[root] += 1
-                if root not in weight_sizes or weight_sizes[root][1] < ti.nbytes:
+                uses = weight_uses.get(root)
+                if uses is None:
+                    weight_uses[root] = 1
                     weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
+                else:
+                    weight_uses[root] = uses + 1
+                    if weight_sizes[root][1] < ti.nbytes:
+                        weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:
                     first_data = ti
                 n_data += 1
                 p = producer.get(tname)
-                if p is not None and (p, tname) not in node_edges:
-                    node_edges.add((p, tname))
+                if p is not None:
+                    if linked is None:
+                        linked = [tname]
+                    elif tname in linked:
+                        continue
+                    else:
+                        linked.append(tname)
                     src.append(p)
                     dst.append(k)
                     edge_tensors.append(tname)
-        out_bytes = 0
+        out_bytes: float = 0
         out_n = 0
-        for t in outs:
-            out_bytes += t.nbytes
-            out_n += t.elems
+        for o in outs:
+            out_bytes += o.nbytes
+            out_n += o.elems
         mac = data_bytes + weight_bytes + out_bytes
 
         op_cols[k] = _OP_COL.get(op, _OTHER_COL)
         first_in = first_data if first_data is not None else (ins[0] if ins and ins[0] else None)
         if first_in is not None:
             in_elems[k] = float(first_in.elems)
-            in_ch[k] = float(channel_dim(first_in.shape))
+            shape = first_in.shape  # its channel slot (ops.channel_dim)
+            r = len(shape)
+            in_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                             shape[0] if r == 1 else 1)
         out_elems[k] = float(out_n)
         num_in[k] = float(n_data)
         num_out[k] = float(len(outs))
         if outs:
-            out_ch[k] = float(channel_dim(outs[0].shape))
-        for col, val in cost.hparams.items():
-            j = _HP_IDX.get(col)
-            if j is not None:
-                hp_rows.append(k)
-                hp_cols.append(j)
-                hp_vals.append(float(val))
-        flops_col[k] = float(cost.flops)
+            shape = outs[0].shape
+            r = len(shape)
+            out_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                              shape[0] if r == 1 else 1)
+        hparams = cost.hparams
+        if hparams:
+            keys = tuple(hparams)
+            group = hp_groups.get(keys)
+            if group is None:
+                group = hp_groups[keys] = ([], [])
+            group[0].append(k)
+            group[1].append(list(hparams.values()))
+        flops_col[k] = float(flops)
         mac_col[k] = float(mac)
         weight_col[k] = float(weight_bytes)
         params_col[k] = float(params_n)
-        ai_col[k] = cost.flops / mac if mac else 0.0
+        ai_col[k] = flops / mac if mac else 0.0
 
     x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
     x[np.arange(n_nodes), op_cols] = 1.0
@@ -488,16 +626,25 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
                       ("flops", flops_col), ("mac", mac_col), ("weight", weight_col),
                       ("params", params_col), ("ai", ai_col)):
         x[:, _NODE_IDX[col]] = vals
-    if hp_rows:  # the rules' hyper-parameters override the generic ones above
-        x[hp_rows, hp_cols] = hp_vals
+    for keys, (hp_rows, hp_vals) in hp_groups.items():
+        # the rules' hyper-parameters override the generic columns set above
+        picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
+        if picked:
+            table = np.array(hp_vals, dtype=np.float64)  # float(v) of each, as numpy converts
+            x[np.ix_(hp_rows, [j for _, j in picked])] = table[:, [i for i, _ in picked]]
 
-    flops, mac, weight = (x[:, _NODE_IDX[c]] for c in ("flops", "mac", "weight"))
-    for col, arr in (("flops_ratio", flops), ("mac_ratio", mac), ("weight_ratio", weight)):
+    for col, src_col in (("flops_ratio", "flops"), ("mac_ratio", "mac"),
+                         ("weight_ratio", "weight")):
+        arr = x[:, _NODE_IDX[src_col]]
         total = arr.sum()
         x[:, _NODE_IDX[col]] = arr / total if total else 0.0
 
     edge_shapes = [shapes[t][1] for t in edge_tensors]
-    edge_attr = np.array([_edge_row(shapes[t], info(t).itemsize) for t in edge_tensors],
+    edge_rows: dict[str, list[float]] = {}  # a tensor read by several nodes: one row
+    for t in edge_tensors:
+        if t not in edge_rows:
+            edge_rows[t] = _edge_row(tinfo[t])
+    edge_attr = np.array([edge_rows[t] for t in edge_tensors],
                          dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
 
@@ -516,21 +663,26 @@ def _extract_shaped(st: _Structure, batch, input_shapes, dims, deadline, depth=0
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
 
-def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
+def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
+                weight_sizes: dict[str, tuple[int, float, int]], flops_by_dtype: dict[int, float]
+                ) -> tuple[dict[str, Any], list[str]]:
     """Facts about the model that are not features (``PerfGraph.info``) and
     the warnings they raise: shared weights, weight inputs, and the compute
     dtype (the element type of the inputs of the nodes that do most FLOPs)."""
     shared = {t: n for t, n in weight_uses.items() if n > 1}
     shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
     per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
-    by_dtype: Counter[str] = Counter()
-    for elems, nbytes, elem in weight_sizes.values():
-        by_dtype[dtypes.dtype_name(elem)] += nbytes
-    flops: Counter[str] = Counter()
+    by_dtype: dict[str, float] = {}
+    for _, nbytes, elem in weight_sizes.values():
+        key = dtypes.dtype_name(elem)
+        by_dtype[key] = by_dtype.get(key, 0) + nbytes
+    flops: dict[str, float] = {}
     for elem, f in flops_by_dtype.items():
-        flops[dtypes.dtype_name(elem)] += f
-    dtype = flops.most_common(1)[0][0] if flops and flops.most_common(1)[0][1] > 0 else (
-        by_dtype.most_common(1)[0][0] if by_dtype else "float32")
+        key = dtypes.dtype_name(elem)
+        flops[key] = flops.get(key, 0) + f
+    # the first of the largest, as Counter.most_common(1) picks it
+    dtype = max(flops.items(), key=itemgetter(1))[0] if flops and max(flops.values()) > 0 else (
+        max(by_dtype.items(), key=itemgetter(1))[0] if by_dtype else "float32")
     meta = {"dtype": dtype, "weight_bytes_by_dtype": dict(by_dtype),
             "flops_by_dtype": dict(flops),
             "params_unique": float(sum(e for e, _, _ in weight_sizes.values())),
@@ -538,7 +690,7 @@ def _model_info(weights, weight_uses, weight_sizes, flops_by_dtype):
             "weight_bytes_per_use": per_use,
             "shared_weights": len(shared), "shared_weight_bytes": shared_bytes,
             "weight_inputs": sorted(weights)}
-    warnings = []
+    warnings: list[str] = []
     big = [t for t in shared if weight_sizes[t][0] >= SHARED_WARN_ELEMS]
     if big:
         mb = sum(weight_sizes[t][1] for t in big) / 2**20
@@ -561,24 +713,25 @@ _COMPUTE_TYPES = dtypes.FLOAT_TYPES | dtypes.QUANT_TYPES
 MAX_SUBGRAPH_DEPTH = 8
 
 
-def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
+def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
+                       shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
+                       depth: int) -> tuple[NodeCost, bool, str | None]:
     """Cost of If (the heavier branch), Loop (body x static trip count; 1
     assumed when unknown) and Scan (body x scan length). Returns
     ``(cost, ruled, warning or None)``; a body that cannot be costed gives
     the generic cost and a warning."""
-    from perfseer_rt.graph.ops import NodeCost
-
     label = f"{node.op_type} node {node.name or node.output[0]!r}"
     bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     if depth >= MAX_SUBGRAPH_DEPTH:
         return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
             f"{MAX_SUBGRAPH_DEPTH} are not costed"
     if node.op_type == "If":
-        costs = {k: _subgraph_flops(g, [], proto, shapes, max_nodes, deadline, depth)
+        found = {k: _subgraph_flops(g, {}, proto, shapes, max_nodes, deadline, depth)
                  for k, g in bodies.items() if k in ("then_branch", "else_branch")}
-        if not costs or any(v is None for v in costs.values()):
+        costs = {k: v for k, v in found.items() if v is not None}
+        if not found or len(costs) < len(found):
             return NodeCost(0.0), False, f"{label}: a branch could not be costed"
-        heavy = max(costs, key=costs.get)
+        heavy = max(costs, key=costs.__getitem__)
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")
@@ -608,10 +761,8 @@ def _control_flow_cost(node, proto, shapes, max_nodes, deadline, depth):
     return NodeCost(flops * trips), True, None
 
 
-def _const_int(proto, name: str) -> int | None:
+def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
     """The value of a scalar integer initializer or Constant, if it has one."""
-    from onnx import numpy_helper
-
     tensors = [t for t in proto.graph.initializer if t.name == name]
     tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
                 for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
@@ -625,7 +776,9 @@ def _const_int(proto, name: str) -> int | None:
     return None
 
 
-def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> float | None:
+def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
+                    proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
+                    deadline: Deadline, depth: int) -> float | None:
     """Total FLOPs of a subgraph extracted as a model of its own: formal
     inputs take ``actual`` shapes (or their declared static ones), tensors
     of the outer scope come in as inputs with their outer shapes."""
@@ -659,15 +812,17 @@ def _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth) -> 
         return None
 
 
-def _edge_row(typed, itemsize: float) -> list[float]:
+def _edge_row(ti: TensorInfo) -> list[float]:
     """Edge features of a tensor (shape slots per the layout's docstring).
 
     Products are exact integers converted once to float: every edge tensor
     has at most MAX_ELEMS (2^40) elements, so this equals a float64 product.
     """
-    _, shape = typed
+    shape = ti.shape
+    itemsize = ti.itemsize
     r = len(shape)
-    size = float(math.prod(shape))
+    size = float(ti.elems)
+    slots: tuple[int, ...]
     if r == 0:
         slots = (1, 1, 1, 1)
     elif r == 1:
@@ -683,7 +838,8 @@ def _edge_row(typed, itemsize: float) -> list[float]:
     return [size, *map(float, slots), float(itemsize)]
 
 
-def _control_flow_shapes(nodes, shapes) -> list:
+def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, TypedShape]
+                         ) -> list[onnx.ValueInfoProto]:
     """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
     outputs keep their carried inputs' shapes; an If's outputs take the
     static shapes its then-branch declares."""
@@ -713,7 +869,7 @@ def _control_flow_shapes(nodes, shapes) -> list:
     return extra
 
 
-def _has_schema(node) -> bool:
+def _has_schema(node: onnx.NodeProto) -> bool:
     """Whether onnx knows the op (standard ops: its inference is trusted,
     and a shape it leaves open is not guessed)."""
     if node.domain not in ("", "ai.onnx"):
@@ -725,7 +881,10 @@ def _has_schema(node) -> bool:
         return False
 
 
-def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto):
+def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                              shapes: dict[str, TypedShape], needed: set[str],
+                              folded: list[onnx.NodeProto], deadline: Deadline,
+                              proto: onnx.ModelProto) -> dict[str, TypedShape]:
     """Outputs of ops onnx has no schema for (custom domains) are assumed to
     keep the shape and type of their first input; inference is re-run from
     there so that the rest of the graph resolves. Documented generic rule;
@@ -749,6 +908,16 @@ def _assume_unknown_op_shapes(sk, nodes, shapes, needed, folded, deadline, proto
     return shapes
 
 
+def _median(col: np.ndarray) -> float:
+    """``float(np.median(col))`` of a non-empty finite column, without
+    np.median's wrapper overhead (the same partition and mean)."""
+    n = col.shape[0]
+    k = n // 2
+    if n % 2:
+        return float(np.partition(col, k)[k])
+    return float(np.mean(np.partition(col, [k - 1, k])[k - 1:k + 1]))
+
+
 def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch_size: int,
              params_unique: float, bytes_unique: float) -> np.ndarray:
     """Global features u in the order of ``layout.GLOBAL_COLUMNS`` (the
@@ -766,7 +935,7 @@ def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch
         col = x[:, _NODE_IDX[name]]
         vals[f"{name}_total"] = col.sum()
         vals[f"{name}_mean"] = col.mean()
-        vals[f"{name}_median"] = float(np.median(col))
+        vals[f"{name}_median"] = _median(col)
         vals[f"{name}_max"] = col.max()
     vals["weight_total"] = bytes_unique
     vals["params_total"] = params_unique

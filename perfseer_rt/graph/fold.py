@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import onnx
 
+from perfseer_rt.graph.nodes import Row, has_subgraph, node_table
+
 #: Ops whose output depends only on the *shape* of their input.
 SHAPE_OF = frozenset({"Shape", "Size"})
 #: Ops that are never constant even with constant inputs.
@@ -23,26 +25,25 @@ KEPT_ON_CONSTANTS = frozenset({"DequantizeLinear"})
 
 
 def fold_static(model: onnx.ModelProto, initializers: set[str],
-                table: list[tuple] | None = None) -> tuple[set[str], list[int]]:
+                table: list[Row] | None = None) -> tuple[set[str], list[int]]:
     """Find the constant tensors and the nodes that stay in the PerfGraph.
 
     Args:
         model: the model (or its shape-inference skeleton).
         initializers: names of the original model's initializers.
-        table: the graph's nodes as ``(op_type, name, domain, inputs,
-            outputs, attributes)`` rows, when the caller has read them.
+        table: the graph's node table (:mod:`perfseer_rt.graph.nodes`),
+            when the caller has read it.
 
     Returns:
         (constant tensor names, indices of the kept nodes in graph order).
     """
     if table is None:
-        table = [(n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output),
-                  list(n.attribute)) for n in model.graph.node]
+        table = node_table(model.graph)
     const: set[str] = set(initializers)
     kept: list[int] = []
-    for i, (op, _, domain, ins, outs, attrs) in enumerate(table):  # topologically sorted
-        if op in NONDETERMINISTIC or op in KEPT_ON_CONSTANTS or attrs and any(
-                a.type in _SUBGRAPH_TYPES for a in attrs):
+    for i, row in enumerate(table):  # topologically sorted
+        op, _, domain, ins, outs = row[:5]
+        if op in NONDETERMINISTIC or op in KEPT_ON_CONSTANTS or row[7] and has_subgraph(row):
             kept.append(i)
             continue
         if op in SHAPE_OF and domain in ("", "ai.onnx"):
@@ -63,22 +64,20 @@ def fold_static(model: onnx.ModelProto, initializers: set[str],
 SAME_WEIGHT = frozenset({"Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast"})
 
 
-def weight_roots(table: list[tuple], const: set[str]) -> dict[str, str]:
+def weight_roots(table: list[Row], const: set[str]) -> dict[str, str]:
     """``constant tensor -> the tensor it is the same weight as`` for the
     folded outputs of :data:`SAME_WEIGHT` ops whose first input is a constant
     (followed through chains, so every alias names the first tensor of its
     chain). Tensors that are their own root are not listed.
 
     Args:
-        table: the graph's node rows, as for :func:`fold_static`.
+        table: the graph's node table, as for :func:`fold_static`.
         const: the constant tensors (:func:`fold_static`'s first result).
     """
     root: dict[str, str] = {}
-    for op, _, domain, ins, outs, _ in table:  # topologically sorted
+    for row in table:  # topologically sorted
+        op, _, domain, ins, outs = row[:5]
         if op in SAME_WEIGHT and domain in ("", "ai.onnx") and ins and ins[0] in const \
                 and outs and outs[0] in const:
             root[outs[0]] = root.get(ins[0], ins[0])
     return root
-
-
-_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeAlias
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from perfseer_rt.errors import ModelLoadError
 
-ModelSource = "str | os.PathLike | bytes | onnx.ModelProto"
+#: What extraction accepts as a model.
+ModelSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | onnx.ModelProto"
 
 
-def load_model(source) -> tuple[onnx.ModelProto, str]:
+def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     """Parse ``source`` into a ModelProto; returns it with a display name.
 
     Raises:

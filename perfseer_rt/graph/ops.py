@@ -54,10 +54,9 @@ the FLOP; see ``tests/test_crosscheck_onnx_tool.py`` for the measured gaps.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
-
-import onnx
+from typing import Any
 
 from perfseer_rt.errors import GraphError
 from perfseer_rt.graph import dtypes
@@ -73,15 +72,32 @@ class TensorInfo:
 
     __slots__ = ("name", "shape", "itemsize", "elems", "nbytes")
 
-    def __init__(self, name: str, shape: tuple[int, ...], itemsize: float):
+    def __init__(self, name: str, shape: tuple[int, ...], itemsize: float,
+                 elems: int | None = None):
         self.name = name
         self.shape = shape
         self.itemsize = itemsize  # bytes per element; 0.5 for 4-bit types
-        self.elems = int(math.prod(shape))
+        self.elems = int(math.prod(shape)) if elems is None else elems  # given: already counted
         self.nbytes = self.elems * itemsize
 
     def __repr__(self) -> str:
         return f"TensorInfo({self.name!r}, {self.shape!r}, {self.itemsize!r})"
+
+
+#: A node's attributes as plain values (:mod:`perfseer_rt.graph.nodes`).
+Attrs = dict[str, Any]
+#: One TensorInfo per input position (None: an absent optional input, or a
+#: parameter input) and one per output.
+Ins = Sequence["TensorInfo | None"]
+Outs = Sequence["TensorInfo"]
+
+
+def _t(t: TensorInfo | None) -> TensorInfo:
+    """``t``, which a rule needs: an absent tensor raises AttributeError
+    (as reading it would), which :func:`node_cost` turns into the generic cost."""
+    if t is None:
+        raise AttributeError("a tensor the rule needs is absent")
+    return t
 
 
 @dataclass
@@ -169,9 +185,9 @@ def channel_dim(shape: tuple[int, ...]) -> int:
     return shape[1]
 
 
-def _check_range(what: str, values, lo: int) -> list[int]:
-    vals = [int(v) for v in values]
-    if any(not lo <= v <= MAX_SPATIAL_ATTR for v in vals):
+def _check_range(what: str, values: Iterable[Any], lo: int) -> list[int]:
+    vals = list(map(int, values))
+    if vals and (min(vals) < lo or max(vals) > MAX_SPATIAL_ATTR):
         raise GraphError(f"attribute {what}={vals} is outside {lo}..{MAX_SPATIAL_ATTR}")
     return vals
 
@@ -181,17 +197,18 @@ SPATIAL_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", 
                          "AveragePool", "LpPool"})
 
 
-def check_spatial_attrs(attrs: dict) -> None:
+def check_spatial_attrs(attrs: Attrs) -> None:
     """Refuse conv/pool attributes out of range before shape inference sees
     them (GraphError naming the attribute)."""
     for key, lo in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0)):
-        if key in attrs:
-            _check_range(key, attrs[key] if isinstance(attrs[key], list) else [attrs[key]], lo)
+        v = attrs.get(key)
+        if v is not None:
+            _check_range(key, v if isinstance(v, list) else [v], lo)
     if "group" in attrs and not 1 <= int(attrs["group"]) <= 2**31:
         raise GraphError(f"attribute group={attrs['group']} is outside 1..{2**31}")
 
 
-def _spatial_attrs(attrs: dict, kernel: tuple[int, ...]) -> dict[str, float]:
+def _spatial_attrs(attrs: Attrs, kernel: tuple[int, ...]) -> dict[str, float]:
     """kernel/stride/pad/dilation hyper-parameters of a conv or pool.
 
     Raises:
@@ -200,16 +217,20 @@ def _spatial_attrs(attrs: dict, kernel: tuple[int, ...]) -> dict[str, float]:
     """
     k = _check_range("kernel_shape", kernel, 1) + [1, 1]
     nd = len(kernel)
-    strides = _check_range("strides", attrs.get("strides", [1] * nd), 1) + [1, 1]
-    dil = _check_range("dilations", attrs.get("dilations", [1] * nd), 1) + [1, 1]
-    pads = _check_range("pads", attrs.get("pads", [0] * (2 * nd)), 0)
+    got = attrs.get("strides")
+    strides = ([1] * nd if got is None else _check_range("strides", got, 1)) + [1, 1]
+    got = attrs.get("dilations")
+    dil = ([1] * nd if got is None else _check_range("dilations", got, 1)) + [1, 1]
+    got = attrs.get("pads")
+    pads = [0] * (2 * nd) if got is None else _check_range("pads", got, 0)
     begin = pads[:nd] + [0, 0]
-    return {"kernel_h": k[0], "kernel_w": k[1], "stride_h": strides[0],
+    hp: dict[str, float] = {"kernel_h": k[0], "kernel_w": k[1], "stride_h": strides[0],
             "stride_w": strides[1], "pad_h": begin[0], "pad_w": begin[1],
             "dilation_h": dil[0], "dilation_w": dil[1]}
+    return hp
 
 
-def _conv(op, ins, outs, attrs):
+def _conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     x, w = ins[0], ins[1]
     out = outs[0]
     groups = int(attrs.get("group", 1))
@@ -218,12 +239,12 @@ def _conv(op, ins, outs, attrs):
     kernel = tuple(w.shape[2:]) if w is not None else tuple(attrs.get("kernel_shape", ()))
     has_bias = len(ins) > 2 and ins[2] is not None
     if op == "Conv":
-        cin_per_group = w.shape[1]
+        cin_per_group = _t(w).shape[1]
         flops = 2 * out.elems * cin_per_group * math.prod(kernel)
-        cin, cout = x.shape[1], w.shape[0]
+        cin, cout = _t(x).shape[1], _t(w).shape[0]
     else:  # ConvTranspose: weight is (C_in, C_out / groups, k...)
-        flops = 2 * x.elems * w.shape[1] * math.prod(kernel)
-        cin, cout = x.shape[1], w.shape[1] * groups
+        flops = 2 * _t(x).elems * _t(w).shape[1] * math.prod(kernel)
+        cin, cout = _t(x).shape[1], _t(w).shape[1] * groups
     if has_bias:
         flops += out.elems
     hp = _spatial_attrs(attrs, kernel)
@@ -231,8 +252,8 @@ def _conv(op, ins, outs, attrs):
     return NodeCost(flops, hp)
 
 
-def _gemm(op, ins, outs, attrs):
-    a, b = ins[0], ins[1]
+def _gemm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    a, b = _t(ins[0]), _t(ins[1])
     m, k = (a.shape[1], a.shape[0]) if attrs.get("transA", 0) else (a.shape[0], a.shape[1])
     n = b.shape[0] if attrs.get("transB", 0) else b.shape[1]
     has_bias = len(ins) > 2 and ins[2] is not None
@@ -240,14 +261,14 @@ def _gemm(op, ins, outs, attrs):
     return NodeCost(flops, {"has_bias": int(has_bias), "in_channels": k, "out_channels": n})
 
 
-def _matmul(op, ins, outs, attrs):
-    a, b = ins[0], ins[1]
+def _matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    a, b = _t(ins[0]), _t(ins[1])
     k = a.shape[-1] if a.shape else 1
     n = b.shape[-1] if len(b.shape) >= 2 else 1
     return NodeCost(2 * outs[0].elems * k, {"in_channels": k, "out_channels": n})
 
 
-def _einsum(op, ins, outs, attrs):
+def _einsum(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     eq = attrs.get("equation", "")
     if isinstance(eq, bytes):
         eq = eq.decode()
@@ -262,9 +283,9 @@ def _einsum(op, ins, outs, attrs):
     return NodeCost((2 if len(ins) > 1 else 1) * total)
 
 
-def _attention(op, ins, outs, attrs):
-    q = ins[0]
-    k = ins[1] if len(ins) > 1 and ins[1] is not None else q
+def _attention(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    q = _t(ins[0])
+    k = _t(ins[1]) if len(ins) > 1 and ins[1] is not None else q
     heads = int(attrs.get("num_heads", attrs.get("q_num_heads", 1)) or 1)
     if len(q.shape) == 4:  # (B, heads, S, head_dim)
         b, heads, s_q, hd = q.shape
@@ -277,28 +298,28 @@ def _attention(op, ins, outs, attrs):
     return NodeCost(2 * 2 * scores * hd + 5 * scores, {"in_channels": heads * hd})
 
 
-def _norm(op, ins, outs, attrs):
+def _norm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     per = 5 + sum(1 for t in ins[1:3] if t is not None)
     if op == "BatchNormalization":
         per = 2
     return NodeCost(per * outs[0].elems, {"has_bias": int(len(ins) > 2 and ins[2] is not None)})
 
 
-def _pool(op, ins, outs, attrs):
+def _pool(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     kernel = tuple(attrs.get("kernel_shape", ()))
     hp = _spatial_attrs(attrs, kernel)
     return NodeCost(outs[0].elems * math.prod(kernel), hp)
 
 
-def _softmax(op, ins, outs, attrs):
+def _softmax(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(5 * outs[0].elems)
 
 
-def _reduce(op, ins, outs, attrs):
-    return NodeCost(ins[0].elems)
+def _reduce(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    return NodeCost(_t(ins[0]).elems)
 
 
-def _resize(op, ins, outs, attrs):
+def _resize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     mode = attrs.get("mode", "nearest")
     if isinstance(mode, bytes):
         mode = mode.decode()
@@ -306,7 +327,7 @@ def _resize(op, ins, outs, attrs):
     return NodeCost(per * outs[0].elems)
 
 
-def _elementwise(op, ins, outs, attrs):
+def _elementwise(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     per = ELEMENTWISE_FLOPS[op]
     n_in = sum(1 for t in ins if t is not None)
     if op in _VARIADIC:
@@ -314,50 +335,50 @@ def _elementwise(op, ins, outs, attrs):
     return NodeCost(per * outs[0].elems)
 
 
-def _qlinear_conv(op, ins, outs, attrs):
+def _qlinear_conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B):
     the Conv count on (x, w, B), plus requantization (2 per output)."""
     base = _conv("Conv", [ins[0], ins[3], ins[8] if len(ins) > 8 else None], outs, attrs)
     return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
 
 
-def _qlinear_matmul(op, ins, outs, attrs):
+def _qlinear_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """QLinearMatMul (a, a_scale, a_zp, b, ...): the MatMul count plus
     requantization (2 per output)."""
     base = _matmul("MatMul", [ins[0], ins[3]], outs, attrs)
     return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
 
 
-def _integer_matmul(op, ins, outs, attrs):
+def _integer_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """MatMulInteger and its fused forms: the MatMul count (int8 MACs)."""
     return _matmul("MatMul", ins[:2], outs, attrs)
 
 
-def _integer_conv(op, ins, outs, attrs):
+def _integer_conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return _conv("Conv", ins[:2], outs, attrs)
 
 
-def _dynamic_quantize(op, ins, outs, attrs):
+def _dynamic_quantize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """DynamicQuantizeLinear: min and max (2), scale, then round-and-clip
     of every element (3): 5 per input element."""
-    return NodeCost(5 * ins[0].elems)
+    return NodeCost(5 * _t(ins[0]).elems)
 
 
-def _quantize(op, ins, outs, attrs):
+def _quantize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """(De)QuantizeLinear: scale and shift (2 per element)."""
     return NodeCost(2 * outs[0].elems)
 
 
-def _zero(op, ins, outs, attrs):
+def _zero(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(0.0)
 
 
-def _generic(op, ins, outs, attrs):
+def _generic(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """The documented cost of an op without a rule: 1 FLOP per output element."""
     return NodeCost(float(sum(t.elems for t in outs)))
 
 
-CostRule = Callable[[str, list, list, dict], NodeCost]
+CostRule = Callable[[str, Ins, Outs, Attrs], NodeCost]
 
 #: op type -> cost rule; the registry the extractor consults.
 COST_RULES: dict[str, CostRule] = {
@@ -384,7 +405,7 @@ def is_known(op: str) -> bool:
     return op in COST_RULES or op.startswith("Reduce")
 
 
-def node_cost(op: str, ins: list, outs: list, attrs: dict) -> tuple[NodeCost, bool]:
+def node_cost(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> tuple[NodeCost, bool]:
     """FLOPs and hyper-parameters of one node, and whether a rule applied.
 
     Args:
@@ -415,9 +436,12 @@ def _check_cost(op: str, cost: NodeCost) -> None:
     """Every number a rule returns is finite and non-negative, or the node's
     attributes were nonsense: a GraphError, never a silent feature."""
     try:
-        if 0 <= float(cost.flops) < math.inf and (not cost.hparams or all(
-                0 <= float(v) < math.inf for v in cost.hparams.values())):
-            return  # the common case, without building a list
+        if 0 <= float(cost.flops) < math.inf:
+            if not cost.hparams:
+                return  # the common case, without building a list
+            vals = list(map(float, cost.hparams.values()))
+            if sum(vals) < math.inf and min(vals) >= 0:  # a NaN or inf makes the sum fail
+                return
         bad = [k for k, v in (("flops", cost.flops), *cost.hparams.items())
                if not 0 <= float(v) < math.inf]
     except (OverflowError, TypeError, ValueError):
@@ -434,34 +458,3 @@ def dtype_itemsize(elem_type: int) -> float:
         GraphError: UNDEFINED, STRING or unknown types (see :mod:`dtypes`).
     """
     return dtypes.itemsize(elem_type)
-
-
-_AT = onnx.AttributeProto
-
-
-def read_attrs(node: onnx.NodeProto) -> dict:
-    """The node's numeric and string attributes as plain Python values
-    (strings decoded as UTF-8 with replacement); tensors, graphs and string
-    lists are skipped, since no cost rule reads them."""
-    return read_attr_list(node.attribute)
-
-
-def read_attr_list(attributes) -> dict:
-    """:func:`read_attrs` of a node's attribute list."""
-    out: dict = {}
-    for a in attributes:
-        t = a.type
-        if t == _AT.UNDEFINED:  # very old files leave the type unset
-            t = (_AT.INTS if a.ints else _AT.FLOATS if a.floats else _AT.STRING if a.s
-                 else _AT.INT if a.HasField("i") else _AT.FLOAT if a.HasField("f") else 0)
-        if t == _AT.INT:
-            out[a.name] = a.i
-        elif t == _AT.INTS:
-            out[a.name] = list(a.ints)
-        elif t == _AT.FLOAT:
-            out[a.name] = a.f
-        elif t == _AT.FLOATS:
-            out[a.name] = list(a.floats)
-        elif t == _AT.STRING:
-            out[a.name] = a.s.decode("utf-8", "replace")
-    return out

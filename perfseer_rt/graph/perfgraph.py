@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.errors import GraphError, PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.structure import upgrade_globals
 
@@ -67,7 +67,6 @@ class PerfGraph:
         for label, arr in (("node", self.x), ("edge", self.edge_attr), ("global", self.u)):
             a = np.asarray(arr)
             if a.size and not (np.isfinite(a).all() and (a >= 0).all()):
-                from perfseer_rt.errors import GraphError
                 raise GraphError(f"{label} features hold a negative or non-finite value; "
                                  "the model's shapes or attributes are not plausible")
 
@@ -92,10 +91,11 @@ class PerfGraph:
         return {name: _num(v) for name, v in zip(layout.GLOBAL_COLUMNS, self.u)}
 
     # ------------------------------------------------------------------ views
-    def to_networkx(self):
+    def to_networkx(self) -> Any:
         """A ``networkx.DiGraph``: node attributes are the named features plus
         ``op`` and ``name``; parallel tensors between one pair of nodes are
         merged into one edge whose ``tensors`` attribute lists them."""
+        # lazy: networkx is an optional extra (perfseer-rt[networkx])
         import networkx as nx
 
         g = nx.DiGraph(**self.globals, feature_version=self.feature_version)
@@ -117,7 +117,7 @@ class PerfGraph:
         """The JSON-ready form printed by ``perfseer-rt extract --json``."""
         nodes = []
         for i, (name, op) in enumerate(zip(self.node_names, self.node_ops)):
-            row = {"name": name, "op": op}
+            row: dict[str, str | float] = {"name": name, "op": op}
             row.update({c: _num(v) for c, v in zip(layout.NODE_COLUMNS, self.x[i])
                         if not c.startswith("op_")})
             nodes.append(row)
@@ -139,7 +139,7 @@ class PerfGraph:
         }
 
     # ------------------------------------------------------------------ files
-    def save_npz(self, path: str | os.PathLike) -> None:
+    def save_npz(self, path: str | os.PathLike[str]) -> None:
         """Write the arrays to ``path`` atomically (temp file + rename)."""
         buf = io.BytesIO()
         np.savez_compressed(
@@ -156,7 +156,7 @@ class PerfGraph:
         atomic_write_bytes(path, buf.getvalue())
 
     @classmethod
-    def load_npz(cls, path: str | os.PathLike) -> "PerfGraph":
+    def load_npz(cls, path: str | os.PathLike[str]) -> "PerfGraph":
         with np.load(path, allow_pickle=False) as z:
             version = str(z["feature_version"])
             try:  # an older layout's globals are upgraded (perfseer_rt.graph.structure)
@@ -171,7 +171,7 @@ class PerfGraph:
                 edge_shapes=[], u=u, feature_version=layout.FEATURE_VERSION)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` so that no partial file is ever visible."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")

@@ -15,14 +15,16 @@ beyond onnx.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import LimitError, ShapeError
-from perfseer_rt.graph.limits import (MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN,
-                                      MIN_BATCH, Deadline)
+from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN, MIN_BATCH, Deadline
+from perfseer_rt.graph.propagate import static_type
 
 log = logging.getLogger(__name__)
 
@@ -102,16 +104,16 @@ def weight_inputs(model: onnx.ModelProto) -> dict[str, Shape]:
     return found
 
 
-def _check_dim_value(what: str, value) -> int:
+def _check_dim_value(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ShapeError(f"{what}: {value!r} is not an integer")
-    value = int(value)
-    if not 0 <= value <= MAX_DIM:
-        raise ShapeError(f"{what}: {value} is outside 0..{MAX_DIM}")
-    return value
+    n = int(value)
+    if not 0 <= n <= MAX_DIM:
+        raise ShapeError(f"{what}: {n} is outside 0..{MAX_DIM}")
+    return n
 
 
-def check_batch(batch) -> int | None:
+def check_batch(batch: object) -> int | None:
     """``batch`` as an int in ``MIN_BATCH..MAX_BATCH`` (None stays None)."""
     if batch is None:
         return None
@@ -181,7 +183,7 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
             unresolved.append(f"input {vi.name!r} has no shape in the model (give it with "
                               f"--input {vi.name}:D1xD2x...)")
             continue
-        shape = []
+        dims_out: list[int] = []
         for i, d in enumerate(mdims):
             if d.HasField("dim_value") and d.dim_value > 0:
                 if i == 0 and batch is not None and d.dim_value != batch:
@@ -189,19 +191,19 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                         f"input {vi.name!r} has a fixed batch dim of {d.dim_value}, "
                         f"--batch {batch} asked; re-export the model with a dynamic batch "
                         f"axis or use --batch {d.dim_value}")
-                shape.append(d.dim_value)
+                dims_out.append(d.dim_value)
             elif d.dim_param and d.dim_param in dims:
-                shape.append(dims[d.dim_param])
+                dims_out.append(dims[d.dim_param])
             elif i == 0:
-                shape.append(batch if batch is not None else 1)
+                dims_out.append(batch if batch is not None else 1)
             else:
                 label = f" ({d.dim_param!r})" if d.dim_param else ""
                 unresolved.append(f"input {vi.name!r} dim {i}{label} is dynamic")
                 if d.dim_param:
                     params_seen.add(d.dim_param)
-                shape.append(-1)
-        resolved[vi.name] = tuple(shape)
-        for i, d in enumerate(shape):
+                dims_out.append(-1)
+        resolved[vi.name] = tuple(dims_out)
+        for i, d in enumerate(dims_out):
             if d > MAX_DIM:
                 raise ShapeError(f"input {vi.name!r} dim {i} is {d}, over the supported "
                                  f"maximum {MAX_DIM}")
@@ -250,7 +252,7 @@ def skeleton(model: onnx.ModelProto, inputs: dict[str, Shape]) -> onnx.ModelProt
     return sk
 
 
-def _add_value_info(container, name: str, elem: int, dims) -> None:
+def _add_value_info(container: Any, name: str, elem: int, dims: Iterable[int]) -> None:
     """Append a tensor ValueInfoProto with static ``dims`` to ``container``;
     the same message as ``onnx.helper.make_tensor_value_info`` builds, in a
     fraction of its time (it runs once per initializer)."""
@@ -309,7 +311,7 @@ def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
         return None
 
 
-def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodeProto] = (),
+def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: Sequence[onnx.NodeProto] = (),
                  deadline: Deadline | None = None, model: onnx.ModelProto | None = None
                  ) -> tuple[dict[str, TypedShape], str]:
     """Infer static shapes; returns them and which engine produced them.
@@ -351,7 +353,7 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: list[onnx.NodePr
 _SCHEMAS: dict[tuple[str, str, int], object] = {}
 
 
-def _schema(op: str, domain: str, version: int):
+def _schema(op: str, domain: str, version: int) -> Any:
     """onnx's schema of a standard op at an opset (cached; None if unknown)."""
     key = (op, domain, version)
     if key not in _SCHEMAS:
@@ -360,18 +362,6 @@ def _schema(op: str, domain: str, version: int):
         except Exception:  # noqa: BLE001 - SchemaError: not a standard op
             _SCHEMAS[key] = None
     return _SCHEMAS[key]
-
-
-def _static(tp: onnx.TypeProto) -> TypedShape | None:
-    """(elem_type, shape) of a TypeProto with every dim a number >= 0."""
-    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
-        return None
-    dims = []
-    for d in tp.tensor_type.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        dims.append(d.dim_value)
-    return tp.tensor_type.elem_type, tuple(dims)
 
 
 def _with_initializers(sk: onnx.ModelProto, known: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -386,7 +376,7 @@ def _with_initializers(sk: onnx.ModelProto, known: dict[str, np.ndarray]) -> dic
     return avail
 
 
-def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
+def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                        shapes: dict[str, TypedShape], known: dict[str, np.ndarray],
                        deadline: Deadline | None) -> dict[str, TypedShape] | None:
     """Shapes that whole-graph inference left open, in one topological pass.
@@ -472,7 +462,7 @@ def _complete_per_node(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
                     schema, node, types, data, opset_imports=opset_list,
                     ir_version=sk.ir_version)
                 for o in missing:
-                    typed = _static(res[o]) if o in res else None
+                    typed = static_type(res[o]) if o in res else None
                     if typed is not None:
                         shapes[o] = typed
     except LimitError:
@@ -500,7 +490,7 @@ def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str
     return out
 
 
-def _elems(shape) -> int:
+def _elems(shape: Iterable[Any]) -> int:
     n = 1
     for d in shape:
         n *= max(int(d), 0)
@@ -541,7 +531,7 @@ def _output_too_big(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> bool:
     return False
 
 
-def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
+def evaluate_constants(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                        shapes: dict[str, TypedShape], known: dict[str, np.ndarray]
                        ) -> dict[str, np.ndarray]:
     """Values of the folded nodes that can be computed now.
@@ -597,13 +587,14 @@ def evaluate_constants(sk: onnx.ModelProto, folded: list[onnx.NodeProto],
             [onnx.ValueInfoProto(name=o) for n in pending for o in n.output if o],
             initializer=[numpy_helper.from_array(np.asarray(avail[i]), i) for i in inputs])
         model = helper.make_model(graph, opset_imports=list(sk.opset_import))
+        results: list[Any]
         try:
-            outs = ReferenceEvaluator(model).run(None, {})
+            results = list(ReferenceEvaluator(model).run(None, {}))
             names = [o for n in pending for o in n.output if o]
         except Exception as exc:  # noqa: BLE001 - some op failed: go node by node
             log.debug("constant evaluation failed: %s", exc)
-            names, outs = _one_by_one(pending, avail, sk.opset_import)
-        new.update({n: np.asarray(v) for n, v in zip(names, outs)
+            names, results = _one_by_one(pending, avail, sk.opset_import)
+        new.update({n: np.asarray(v) for n, v in zip(names, results)
                     if np.asarray(v).size <= MAX_CONST_ELEMS})
     return new
 
@@ -613,7 +604,7 @@ _AT = onnx.AttributeProto
 _PLAIN_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13})
 
 
-def _fast_value(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> tuple | None:
+def _fast_value(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> tuple[np.ndarray] | None:
     """The outputs of the commonest shape-subgraph ops (Constant, Identity,
     Gather, Unsqueeze, Concat), computed with the same numpy calls as onnx's
     reference evaluator but without building one; None where the node is
@@ -674,11 +665,12 @@ def _fast_value(node: onnx.NodeProto, avail: dict[str, np.ndarray]) -> tuple | N
 def _constant_has_data(node: onnx.NodeProto) -> bool:
     for a in node.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
-            return a.t.data_location != TensorProto.EXTERNAL
+            return bool(a.t.data_location != TensorProto.EXTERNAL)
     return True
 
 
-def _one_by_one(pending, avail, opsets) -> tuple[list[str], list]:
+def _one_by_one(pending: Sequence[onnx.NodeProto], avail: dict[str, np.ndarray],
+                opsets: Iterable[onnx.OperatorSetIdProto]) -> tuple[list[str], list[Any]]:
     """Evaluate ``pending`` node by node, skipping those that fail and the
     nodes that need their outputs."""
     from onnx.reference import ReferenceEvaluator  # lazy: only models that need it

@@ -22,7 +22,7 @@ def summarize(graph: PerfGraph, top: int = 5) -> str:
     g = graph.globals
     ops = Counter(graph.node_ops)
     lines = [
-        f"inputs:     " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in graph.input_shapes.items()),
+        "inputs:     " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in graph.input_shapes.items()),
         f"nodes:      {g['num_nodes']}  edges: {g['num_edges']}  batch: {g['batch_size']}",
         f"FLOPs:      {human(g['flops_total'], 'FLOP')}",
         f"params:     {human(g['params_total'])} ({human(g['weight_total'], 'B')} of weights)",

@@ -1,0 +1,117 @@
+"""A graph's nodes read once from protobuf: the node table.
+
+Every protobuf field access from Python costs ~0.1-0.5 us, and validation,
+folding, shape propagation and costing all walk every node, so each node's
+fields (and its attributes, as plain values) are read once into a tuple:
+
+``(op_type, name, domain, inputs, outputs, attrs, tensors, other, loose)``
+
+* ``attrs``: numeric and string attributes as plain Python values (strings
+  decoded as UTF-8 with replacement; an attribute whose type is unset, as
+  very old files leave it, is typed by the field it fills);
+* ``tensors``: TENSOR attributes (a Constant's value, ConstantOfShape's);
+* ``other``: every other attribute (subgraphs, string lists...) as protobuf;
+* ``loose``: whether an attribute has an unset type, a scalar whose field is
+  not set, or a type not in ``attrs``/``tensors``: onnx's inference reads
+  such attributes by field presence, which
+  :mod:`perfseer_rt.graph.propagate` does not model (it gives up there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import onnx
+
+Attrs = dict[str, Any]
+Row = tuple[str, str, str, tuple[str, ...], tuple[str, ...], Attrs,
+            dict[str, onnx.TensorProto], list[onnx.AttributeProto], bool]
+#: Positions in a row (literal indices, so that a row's fields keep their types).
+OP: Final = 0
+NAME: Final = 1
+DOMAIN: Final = 2
+INS: Final = 3
+OUTS: Final = 4
+ATTRS: Final = 5
+TENSORS: Final = 6
+OTHER: Final = 7
+LOOSE: Final = 8
+
+_AT = onnx.AttributeProto
+_INT, _INTS, _FLOAT, _FLOATS, _STRING, _TENSOR = (_AT.INT, _AT.INTS, _AT.FLOAT, _AT.FLOATS,
+                                                  _AT.STRING, _AT.TENSOR)
+_SUBGRAPH = (_AT.GRAPH, _AT.GRAPHS)
+#: Shared by every node without attributes (never mutated).
+_NONE: Attrs = {}
+_NO_TENSORS: dict[str, onnx.TensorProto] = {}
+_NO_OTHER: list[onnx.AttributeProto] = []
+
+
+def read_attrs(attributes: Sequence[onnx.AttributeProto]
+               ) -> tuple[Attrs, dict[str, onnx.TensorProto], list[onnx.AttributeProto], bool]:
+    """``(attrs, tensors, other, loose)`` of one node (see the module doc)."""
+    attrs: Attrs = {}
+    tensors: dict[str, onnx.TensorProto] = {}
+    other: list[onnx.AttributeProto] = []
+    loose = False
+    for a in attributes:
+        t = a.type
+        if t == _INT:
+            attrs[a.name] = a.i
+            loose = loose or not a.HasField("i")
+        elif t == _INTS:
+            attrs[a.name] = a.ints[:]
+        elif t == _FLOAT:
+            attrs[a.name] = a.f
+            loose = loose or not a.HasField("f")
+        elif t == _STRING:
+            attrs[a.name] = a.s.decode("utf-8", "replace")
+            loose = loose or not a.HasField("s")
+        elif t == _FLOATS:
+            attrs[a.name] = a.floats[:]
+        elif t == _TENSOR:
+            tensors[a.name] = a.t
+        elif t == _AT.UNDEFINED:  # very old files leave the type unset
+            loose = True
+            if a.ints:
+                attrs[a.name] = a.ints[:]
+            elif a.floats:
+                attrs[a.name] = a.floats[:]
+            elif a.s:
+                attrs[a.name] = a.s.decode("utf-8", "replace")
+            elif a.HasField("i"):
+                attrs[a.name] = a.i
+            elif a.HasField("f"):
+                attrs[a.name] = a.f
+            else:
+                other.append(a)
+        else:
+            other.append(a)
+            loose = True
+    return attrs, tensors or _NO_TENSORS, other or _NO_OTHER, loose
+
+
+def node_table(graph: onnx.GraphProto) -> list[Row]:
+    """The graph's nodes as rows, in graph order."""
+    rows: list[Row] = []
+    add = rows.append
+    for n in graph.node:
+        a = n.attribute
+        if a:
+            attrs, tensors, other, loose = read_attrs(a)
+        else:
+            attrs, tensors, other, loose = _NONE, _NO_TENSORS, _NO_OTHER, False
+        add((n.op_type, n.name, n.domain, tuple(n.input), tuple(n.output), attrs, tensors,
+             other, loose))
+    return rows
+
+
+def has_subgraph(row: Row) -> bool:
+    """Whether the node holds a subgraph (If/Loop/Scan bodies)."""
+    return bool(row[OTHER]) and any(a.type in _SUBGRAPH for a in row[OTHER])
+
+
+def attribute_names(row: Row) -> list[str]:
+    """Every attribute name of the node (for the UTF-8 check)."""
+    return [*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER])]
