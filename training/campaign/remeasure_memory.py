@@ -135,8 +135,9 @@ def update(record: dict, rec: dict, env: dict) -> None:
 
 
 def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s: float = 600.0,
-        progress: bool = True) -> int:
-    """Re-measure the pending records of ``folder``; returns how many were done."""
+        progress: bool = True, exporters: int = 1) -> int:
+    """Re-measure the pending records of ``folder`` (``exporters`` export
+    processes, each one architecture ahead); returns how many were done."""
     ds = Dataset(folder)
     todo = pending(ds)
     archs = list(todo)[:limit] if limit else list(todo)
@@ -147,7 +148,7 @@ def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s
     if diff:
         raise MixedCpuError(f"{folder}: measured on another CPU ({diff}); memory labels do not mix")
     with tempfile.TemporaryDirectory(prefix="perfseer-remem-") as tmp, \
-            ProcessPoolExecutor(1, initializer=export_worker_init) as pool, \
+            ProcessPoolExecutor(exporters, initializer=export_worker_init) as pool, \
             ProfileWorker("cpu", fresh=True, timeout_s=timeout_s) as worker:
         def submit(i: int) -> Future | None:
             if i >= len(archs):
@@ -155,7 +156,7 @@ def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s
             r = todo[archs[i]][0][1]
             return pool.submit(export_case, json.dumps(r["config"]), f"{tmp}/{archs[i]}.onnx")
 
-        ahead = submit(0)
+        ahead = [submit(i) for i in range(exporters)]
         try:
             done = _loop(ds, todo, archs, submit, ahead, worker, env, tmp, flush_s, progress)
         finally:  # an interrupted run keeps what it measured
@@ -164,11 +165,12 @@ def run(folder: Path, limit: int | None = None, flush_s: float = 60.0, timeout_s
 
 
 def _loop(ds: Dataset, todo: dict[str, list[tuple[Path, dict]]], archs: list[str], submit: Any,
-          ahead: Future | None, worker: ProfileWorker, env: dict, tmp: str, flush_s: float,
+          ahead: list[Future | None], worker: ProfileWorker, env: dict, tmp: str, flush_s: float,
           progress: bool) -> int:
     done, last = 0, time.monotonic()
     for i, arch in enumerate(tqdm(archs, desc="memory re-measure", disable=not progress)):
-        fut, ahead = ahead, submit(i + 1)
+        fut = ahead.pop(0)
+        ahead.append(submit(i + len(ahead) + 1))
         items = todo[arch]
         try:
             if fut is None:
@@ -204,11 +206,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="at most this many architectures")
     ap.add_argument("--flush-s", type=float, default=60.0, help="write changed files this often (s)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="one measurement's limit (s)")
+    ap.add_argument("--exporters", type=int, default=1, help="export processes (each one architecture ahead)")
     a = ap.parse_args(argv)
     if not (a.folder / "records").is_dir():
         print(f"error: {a.folder} is not a dataset folder (no records/)", file=sys.stderr)
         return 2
-    n = run(a.folder, a.limit, a.flush_s, a.timeout_s)
+    n = run(a.folder, a.limit, a.flush_s, a.timeout_s, exporters=max(1, a.exporters))
     print(f"re-measured {n} records; remaining {sum(len(v) for v in pending(Dataset(a.folder)).values())}")
     return 0
 
