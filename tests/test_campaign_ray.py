@@ -36,11 +36,15 @@ def test_two_workers_one_killed_then_resumed(local_ray, tmp_path, monkeypatch):
     out = tmp_path / "ds"
 
     executor = RayExecutor(FakeFactory(delay_s=0.05), 2)
+    # both actors up before the first item: on a loaded machine the second
+    # one started late and the first measured everything (a flaky run)
+    ray.get([actor.__ray_ready__.remote() for actor in executor.actors], timeout=600)
     killed = []
 
     def kill_once(record):
-        if not killed and not record["reference"] and len(killed) == 0 \
-                and sum(1 for _ in iter_records(out)) >= 5:
+        records = list(iter_records(out))
+        if not killed and not record["reference"] and len(records) >= 5 \
+                and len({r["worker_pid"] for r in records}) == 2:  # both have measured
             executor.kill(0)
             killed.append(record["worker_pid"])
 
