@@ -252,20 +252,23 @@ def test_reference_order_identifies_devices_better_than_random_sets(tmp_path):
     devices = list(SYN_DEVICES[:4])
     z, _ = fewshot.pretrain(data, devices, SMALL)
     lat = {d: data.latency[d] for d in devices}
-    cand = reference.candidates(lat)
+    cand = reference.candidates(lat, data.cells)
     for d in devices:  # every candidate is inside every device's trimmed pool
         assert set(cand) <= set(protocol.protocol_sets(lat[d])[0])
-    order = reference.order(z, lat, 10)
+    for i in cand:  # and computes what it says: no cut cell, no dead operation
+        assert protocol.cell_paths(data.cells[i]) == {"cut": False, "dead_ops": 0}
+    assert any(protocol.cell_paths(c)["cut"] or protocol.cell_paths(c)["dead_ops"] for c in data.cells[:900])
+    order = reference.order(z, lat, data.cells, 10)
     assert len(set(order)) == 10 and set(order) <= set(cand)
-    np.testing.assert_array_equal(order, reference.order(z, lat, 10))  # deterministic
-    np.testing.assert_array_equal(order[:5], reference.order(z, lat, 5))  # nested
+    np.testing.assert_array_equal(order, reference.order(z, lat, data.cells, 10))  # deterministic
+    np.testing.assert_array_equal(order[:5], reference.order(z, lat, data.cells, 5))  # nested
     chosen = reference.objective(z, lat, order)
     randoms = [reference.objective(z, lat, protocol.draw(cand, 10, "r", s)) for s in range(8)]
     assert chosen < min(randoms)
-    variant = reference.order(z, lat, 10, seed=3)
+    variant = reference.order(z, lat, data.cells, 10, seed=3)
     assert set(variant) <= set(cand) and not np.array_equal(variant, order)
     with pytest.raises(ValueError, match="one per pre-training device"):
-        reference.order(z[:, :3], lat, 10)
+        reference.order(z[:, :3], lat, data.cells, 10)
 
 
 @pytest.mark.slow

@@ -49,12 +49,13 @@ def reference_order(data: HelpData, devices: Sequence[str], profiles: np.ndarray
     """:func:`reference.order` over ``devices`` (their latencies only), cached
     by (profiles, latencies, k, seed)."""
     lat = {d: data.latency[d] for d in devices}
-    key = hashlib.sha256(json.dumps([list(devices), k, seed, reference.ALPHA]).encode() + profiles.tobytes()
+    key = hashlib.sha256(json.dumps([list(devices), k, seed, reference.ALPHA, data.cells[:900]]).encode()
+                         + profiles.tobytes()
                          + b"".join(v.tobytes() for v in lat.values())).hexdigest()[:16]
     path = cache / f"reference-{key}.npy" if cache else None
     if path is not None and path.is_file():
         return np.load(path)
-    idx = reference.order(profiles, lat, k, seed=seed)
+    idx = reference.order(profiles, lat, data.cells, k, seed=seed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.npy")

@@ -15,15 +15,19 @@ minimizes the mean squared error of those predictions over the whole pool,
 summed over the devices j. (Adding a candidate is a rank-one update of each
 device's normal equations, so one step scores all candidates at once.)
 
-Candidates are the pool architectures inside the trimmed pool (10..90 %
-latency band) of every pre-training device: ordinary architectures, not
-outliers of any known device. A new device's own trim is unknown before it is
-measured, so a reference may fall outside it; the benchmark reports how many do.
+Candidates are the pool architectures that compute what they say (no
+``none`` edges cutting the cell, no dead operations: such a cell's latency
+depends on whether the device's runtime drops dead code, which PyTorch's
+eager cell does not and an exported graph does, so no known device predicts
+it for an unknown one) and lie inside the trimmed pool (10..90 % latency
+band) of every pre-training device. A new device's own trim is unknown
+before it is measured, so a reference may still fall outside it; the
+benchmark reports how many do.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -33,10 +37,12 @@ from benchmarks.nb201 import protocol
 ALPHA = 1.0
 
 
-def candidates(latency: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Pool architectures (0..899) inside the trimmed pool of every device in
-    ``latency`` (device -> ms per architecture index), ascending."""
-    keep = np.ones(len(protocol.POOL), bool)
+def candidates(latency: Mapping[str, np.ndarray], cells: Sequence[str]) -> np.ndarray:
+    """Pool architectures (0..899) whose cell (``cells[i]``) is neither cut nor
+    runs dead operations and that lie inside the trimmed pool of every device
+    in ``latency`` (device -> ms per architecture index), ascending."""
+    keep = np.array([not (p := protocol.cell_paths(cells[i]))["cut"] and p["dead_ops"] == 0
+                     for i in protocol.POOL])
     for lat in latency.values():
         inside = np.zeros(len(protocol.POOL), bool)
         inside[protocol.protocol_sets(lat)[0]] = True
@@ -54,8 +60,8 @@ def _designs(profiles: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def order(profiles: np.ndarray, latency: Mapping[str, np.ndarray], k: int, alpha: float = ALPHA,
-          seed: int | None = None) -> np.ndarray:
+def order(profiles: np.ndarray, latency: Mapping[str, np.ndarray], cells: Sequence[str], k: int,
+          alpha: float = ALPHA, seed: int | None = None) -> np.ndarray:
     """``k`` pool architecture indices, best first (see the module doc).
 
     Args:
@@ -63,6 +69,7 @@ def order(profiles: np.ndarray, latency: Mapping[str, np.ndarray], k: int, alpha
             exactly the J devices of ``latency``, columns in its order.
         latency: pre-training device -> latency (ms) per architecture index;
             the only measurements read.
+        cells: the NB201 cell string per architecture index.
         k: how many to choose (at most the number of candidates).
         alpha: ridge penalty of the criterion.
         seed: ``None`` chooses among all candidates; an integer among a random
@@ -73,7 +80,7 @@ def order(profiles: np.ndarray, latency: Mapping[str, np.ndarray], k: int, alpha
         raise ValueError(f"profiles have {profiles.shape[1]} columns for {len(devices)} devices; "
                          "need one per pre-training device, at least 2")
     pool = np.asarray(protocol.POOL)
-    cand = candidates(latency)
+    cand = candidates(latency, cells)
     if seed is not None:
         rng = np.random.default_rng(seed)
         cand = np.sort(rng.choice(cand, len(cand) // 2, replace=False))
