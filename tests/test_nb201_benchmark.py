@@ -206,6 +206,35 @@ def test_select_picks_by_validation_and_evaluate_reports_draws():
     assert 0 <= rows["reference"]["10"]["in_trimmed_pool"] <= 10
 
 
+def test_pruned_cell_drops_dead_code():
+    assert protocol.pruned_cell(CELLS[1][0]) == CELLS[1][0]  # nothing dead
+    # node 1's conv feeds only a none edge: dead
+    assert protocol.pruned_cell("|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|") \
+        == "|none~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|"
+    cut = "|nor_conv_3x3~0|+|none~0|none~1|+|none~0|none~1|none~2|"
+    assert protocol.pruned_cell(cut) == "|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"
+    for cell, _ in CELLS:
+        assert protocol.cell_paths(protocol.pruned_cell(cell))["dead_ops"] == 0
+
+
+def test_choose_view_finds_a_device_that_drops_dead_code():
+    """Twin profiles that differ on a third of the architectures: a device
+    following the pruned half is recognized from 12 samples, one following the
+    as-written half is not mistaken for it, and samples where the halves agree
+    keep the as-written view."""
+    rng = np.random.default_rng(5)
+    z = _profiles(rng, n=200, d=4)
+    twin = z.copy()
+    twin[::3] -= rng.uniform(0.5, 2.0, size=(len(z[::3]), 1))  # dead code dropped: faster everywhere
+    both = np.c_[z, twin]
+    assert fewshot.choose_view(both[:12], np.exp(1 + 0.5 * twin[:12, 2])) == 1
+    assert fewshot.choose_view(both[:12], np.exp(1 + 0.5 * z[:12, 2])) == 0
+    clean = np.array([i for i in range(200) if i % 3][:12])
+    assert fewshot.choose_view(both[clean], np.exp(1 + 0.5 * twin[clean, 2])) == 0
+    np.testing.assert_array_equal(fewshot.in_view(both, 1, True), twin)
+    assert fewshot.in_view(z, 1, False) is z
+
+
 def test_ridge_loo_shortcut_equals_refitting():
     rng = np.random.default_rng(3)
     z, y = rng.normal(size=(12, 5)), rng.normal(size=12)
@@ -251,6 +280,8 @@ def test_reference_order_identifies_devices_better_than_random_sets(tmp_path):
     data = load_help(synthetic_help(tmp_path / "s.csv"))
     devices = list(SYN_DEVICES[:4])
     z, _ = fewshot.pretrain(data, devices, SMALL)
+    assert z.shape == (1900, 8)  # as written, then pruned twins
+    z = z[:, :4]
     lat = {d: data.latency[d] for d in devices}
     cand = reference.candidates(lat, data.cells)
     for d in devices:  # every candidate is inside every device's trimmed pool

@@ -83,14 +83,18 @@ class PretrainConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-3
     seeds: int = 3
+    #: also profile each cell as a runtime that drops dead code runs it
+    #: (:func:`protocol.pruned_cell`): one "pruned twin" column per device
+    pruned_twins: bool = True
 
 
 def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
              cache: Path | None = None) -> tuple[np.ndarray, float]:
     """Device profiles ``[architectures, devices]`` of every architecture in
     ``data``, from a network trained on the pool (0..899) of ``devices``, and
-    the seconds that training took. Cached under ``cache`` by (settings,
-    devices, their pool latencies)."""
+    the seconds that training took; with ``cfg.pruned_twins`` ``[architectures,
+    2 * devices]``, the second half the profiles of the pruned cells. Cached
+    under ``cache`` by (settings, devices, their pool latencies)."""
     pool = np.asarray(protocol.POOL)
     y = np.stack([np.log(data.latency[d][pool]) for d in devices], 1)
     key = hashlib.sha256(json.dumps([cfg.__dict__, list(devices), data.cells[:900]]).encode()
@@ -100,6 +104,7 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
         return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
     t0 = time.perf_counter()
     x_all = torch.tensor(np.stack([encode(c) for c in data.cells]), dtype=torch.float32)
+    x_twin = torch.tensor(np.stack([encode(protocol.pruned_cell(c)) for c in data.cells]), dtype=torch.float32)
     yz = torch.tensor((y - y.mean(0)) / y.std(0), dtype=torch.float32)
     xs = x_all[pool]
     outs = []
@@ -115,7 +120,10 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
             loss.backward()
             opt.step()
         with torch.no_grad():
-            outs.append(net(x_all).numpy().astype(np.float64))
+            out = net(x_all)
+            if cfg.pruned_twins:
+                out = torch.cat([out, net(x_twin)], 1)
+            outs.append(out.numpy().astype(np.float64))
     z = np.mean(outs, 0)
     seconds = time.perf_counter() - t0
     if path is not None:
@@ -267,6 +275,40 @@ def fit_adapters(profiles: np.ndarray, latency: np.ndarray,
     return out
 
 
+#: Penalty of the simridge fit whose leave-one-out error chooses the view.
+VIEW_ALPHA = 1.0
+
+
+def simridge_loo(profiles: np.ndarray, latency: np.ndarray, alpha: float) -> float:
+    """Leave-one-out mean squared error (log latency) of :func:`fit_simridge`
+    on k samples, the similarity weights held at their fit on all k (hat matrix)."""
+    w = fit_similarity(profiles, latency).weights
+    d = SimRidgeHead.design(profiles, w)
+    pen = np.r_[0.0, 0.0, np.full(profiles.shape[1], alpha)]
+    inv = np.linalg.inv(d.T @ d + np.diag(pen) + 1e-9 * np.eye(d.shape[1]))
+    h = np.einsum("ij,jk,ik->i", d, inv, d)
+    y = np.log(latency)
+    r = y - d @ (inv @ (d.T @ y))
+    return float(np.mean((r / np.maximum(1.0 - h, 1e-9)) ** 2))
+
+
+def choose_view(profiles: np.ndarray, latency: np.ndarray) -> int:
+    """For profiles with pruned twins (``[k, 2 J]``, see :class:`PretrainConfig`):
+    1 when the k samples are fitted better (leave-one-out) by the pruned view
+    (the device's runtime drops dead code), else 0. Samples without dead code
+    tie, and tie to 0."""
+    j = profiles.shape[1] // 2
+    return int(simridge_loo(profiles[:, j:], latency, VIEW_ALPHA) < simridge_loo(profiles[:, :j], latency, VIEW_ALPHA))
+
+
+def in_view(profiles: np.ndarray, view: int, twins: bool) -> np.ndarray:
+    """The as-written (0) or pruned (1) half of twin profiles; all of them without twins."""
+    if not twins:
+        return profiles
+    j = profiles.shape[1] // 2
+    return profiles[:, view * j:(view + 1) * j]
+
+
 # ------------------------------------------------------------------ protocol
 @dataclass
 class Fold:
@@ -280,6 +322,7 @@ class Fold:
     pretrain: list[str]
     profiles: np.ndarray
     reference: np.ndarray
+    twins: bool = False  # profiles carry pruned twins
 
 
 def select(data: HelpData, folds: Sequence[Fold], draws: int, shots: Sequence[int] = SHOTS[:-1]) -> dict:
@@ -298,9 +341,10 @@ def select(data: HelpData, folds: Sequence[Fold], draws: int, shots: Sequence[in
                 sets.append(("reference", fold.reference[:k]))
                 for mode, idx in sets:
                     rest = np.setdiff1d(pool, idx)
-                    for name, head in fit_adapters(z[idx], lat[idx]).items():
+                    zv = in_view(z, choose_view(z[idx], lat[idx]) if fold.twins else 0, fold.twins)
+                    for name, head in fit_adapters(zv[idx], lat[idx]).items():
                         acc.setdefault((mode, name, str(k), fold.family), {}).setdefault(
-                            (fold.name, dev), []).append(protocol.spearman(head.predict_log(z[rest]), lat[rest]))
+                            (fold.name, dev), []).append(protocol.spearman(head.predict_log(zv[rest]), lat[rest]))
     families = sorted({f.family for f in folds})
     table: dict = {m: {a: {} for a in ADAPTERS} for m in MODES}
     by_family: dict = {m: {a: {} for a in ADAPTERS} for m in MODES}
@@ -325,16 +369,20 @@ def _row(runs: list[dict], secs: list[float], k: int, name: str) -> dict:
     row: dict = {m: float(np.mean([r[m] for r in runs])) for m in ("spearman", "mape", "within_10")}
     row.update({f"{m}_std": float(np.std([r[m] for r in runs])) for m in ("spearman", "mape", "within_10")})
     row.update({"spearman_min": float(np.min([r["spearman"] for r in runs])), "draws": len(runs), "k": k,
-                "adapter": name, "fit_seconds": float(np.mean(secs)), "count": runs[0]["count"]})
+                "adapter": name, "fit_seconds": float(np.mean(secs)), "count": runs[0]["count"],
+                "pruned_view": float(np.mean([r["pruned_view"] for r in runs]))})
     return row
 
 
 def evaluate(data: HelpData, profiles: np.ndarray, device: str, selection: dict, draws: int,
-             reference: np.ndarray, variants: Sequence[np.ndarray] = (), shots: Sequence[int] = SHOTS) -> dict:
+             reference: np.ndarray, variants: Sequence[np.ndarray] = (), shots: Sequence[int] = SHOTS,
+             twins: bool = False) -> dict:
     """Test metrics of ``device`` per mode and k. ``random``: mean and std over
     ``draws`` draws from its trimmed pool. ``reference``: the first k of
     ``reference``; ``variants`` (other reference orders) add the spread of
-    the choice. k >= the trimmed pool: all of it, the same row in both modes."""
+    the choice. k >= the trimmed pool: all of it, the same row in both modes.
+    ``twins``: ``profiles`` carry pruned twins; each fit first chooses its view
+    (``pruned_view``: the share of fits that chose the pruned one)."""
     lat = data.latency[device]
     pool, test = protocol.protocol_sets(lat)
     out: dict = {m: {} for m in MODES}
@@ -343,9 +391,11 @@ def evaluate(data: HelpData, profiles: np.ndarray, device: str, selection: dict,
         runs, secs = [], []
         for idx in sets:
             t0 = time.perf_counter()
-            head = fit_adapters(profiles[idx], lat[idx], (name,))[name]
+            view = choose_view(profiles[idx], lat[idx]) if twins else 0
+            zv = in_view(profiles, view, twins)
+            head = fit_adapters(zv[idx], lat[idx], (name,))[name]
             secs.append(time.perf_counter() - t0)
-            runs.append(protocol.accuracy(np.exp(head.predict_log(profiles[test])), lat[test]))
+            runs.append(protocol.accuracy(np.exp(head.predict_log(zv[test])), lat[test]) | {"pruned_view": view})
         return runs, secs
 
     for k in shots:

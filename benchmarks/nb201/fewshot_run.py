@@ -102,23 +102,25 @@ def run(csv: str | None, out: Path, test: Sequence[str], validation: Sequence[st
     for family, name, held, fold_pre in fold_plan(data.devices, test, validation):
         z_f, _ = fewshot.pretrain(data, fold_pre, cfg, cache)
         folds.append(fewshot.Fold(family, name, held, fold_pre, z_f,
-                                  reference_order(data, fold_pre, z_f, longest, cache)))
+                                  reference_order(data, fold_pre, z_f[:, :len(fold_pre)], longest, cache),
+                                  cfg.pruned_twins))
     log(f"{len(folds)} validation folds pre-trained")
     selection = fewshot.select(data, folds, draws, validated)
     t_sel = time.perf_counter() - t_start
     log(f"chosen adapters: {selection['chosen']}")
     z, t_pre = fewshot.pretrain(data, pre, cfg, cache)
     t0 = time.perf_counter()
-    ref = reference_order(data, pre, z, longest, cache)
+    ref = reference_order(data, pre, z[:, :len(pre)], longest, cache)
     t_ref = time.perf_counter() - t0
-    variants = [reference_order(data, pre, z, longest, cache, seed=s) for s in range(draws)]
+    variants = [reference_order(data, pre, z[:, :len(pre)], longest, cache, seed=s) for s in range(draws)]
     results: dict = {"test_devices": list(test), "pretrain_devices": pre, "selection": selection, "draws": draws,
                      "pretrain_config": cfg.__dict__,
                      "reference": {"order": ref.tolist(), "cells": [data.cells[i] for i in ref],
                                    "variants": [v.tolist() for v in variants]},
                      "devices": {}}
     for d in test:
-        results["devices"][d] = fewshot.evaluate(data, z, d, selection, draws, ref, variants, shots)
+        results["devices"][d] = fewshot.evaluate(data, z, d, selection, draws, ref, variants, shots,
+                                                   cfg.pruned_twins)
         log(f"{d}: " + "; ".join(f"{m} " + ", ".join(f"k={k} {r['spearman']:.3f}" for k, r in rows.items())
                                  for m, rows in results["devices"][d].items()))
     results["nearest_device"] = {}

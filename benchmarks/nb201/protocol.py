@@ -96,3 +96,19 @@ def cell_paths(cell: str) -> dict:
     dead = sum(1 for j, ops in enumerate(nodes, start=1) for op in ops
                if op not in ("none", "skip_connect") and not used[j])
     return {"cut": not reach[-1], "dead_ops": dead}
+
+
+def pruned_cell(cell: str) -> str:
+    """The cell as a runtime that drops dead code runs it: every operation
+    whose result never reaches the output becomes ``none``; a cut cell (its
+    output is all zeros) becomes all ``none``."""
+    nodes = [[tok.split("~")[0] for tok in part.split("|") if tok] for part in cell.strip().split("+")]
+    used = [False] * (len(nodes) + 1)
+    used[-1] = not cell_paths(cell)["cut"]
+    for j in range(len(nodes), 0, -1):
+        if used[j]:
+            for i, op in enumerate(nodes[j - 1]):
+                if op != "none":
+                    used[i] = True
+    return "+".join("|" + "|".join(f"{op if used[j] else 'none'}~{i}" for i, op in enumerate(ops)) + "|"
+                    for j, ops in enumerate(nodes, start=1))
