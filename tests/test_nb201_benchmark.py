@@ -280,7 +280,11 @@ def test_reference_order_identifies_devices_better_than_random_sets(tmp_path):
     data = load_help(synthetic_help(tmp_path / "s.csv"))
     devices = list(SYN_DEVICES[:4])
     z, _ = fewshot.pretrain(data, devices, SMALL)
-    assert z.shape == (1900, 8)  # as written, then pruned twins
+    assert z.shape == (1900, 8)  # as written, then pruned twins, equal where nothing is dead
+    clean = np.array([protocol.pruned_cell(c) == c for c in data.cells])
+    assert 0 < clean.sum() < 1900
+    np.testing.assert_array_equal(z[clean, 4:], z[clean, :4])
+    assert np.abs(z[~clean, 4:] - z[~clean, :4]).max() > 0
     z = z[:, :4]
     lat = {d: data.latency[d] for d in devices}
     cand = reference.candidates(lat, data.cells)

@@ -101,7 +101,8 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
                          + y.tobytes()).hexdigest()[:16]
     path = cache / f"profiles-{key}.npy" if cache else None
     if path is not None and path.is_file() and path.with_suffix(".json").is_file():
-        return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+        z = _same_where_nothing_dead(np.load(path), data.cells, cfg)
+        return z, float(json.loads(path.with_suffix(".json").read_text())["seconds"])
     t0 = time.perf_counter()
     x_all = torch.tensor(np.stack([encode(c) for c in data.cells]), dtype=torch.float32)
     x_twin = torch.tensor(np.stack([encode(protocol.pruned_cell(c)) for c in data.cells]), dtype=torch.float32)
@@ -124,7 +125,7 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
             if cfg.pruned_twins:
                 out = torch.cat([out, net(x_twin)], 1)
             outs.append(out.numpy().astype(np.float64))
-    z = np.mean(outs, 0)
+    z = _same_where_nothing_dead(np.mean(outs, 0), data.cells, cfg)
     seconds = time.perf_counter() - t0
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +134,19 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
         np.save(tmp, z)
         tmp.replace(path)  # the .npy last: its presence means the pair is complete
     return z, seconds
+
+
+def _same_where_nothing_dead(z: np.ndarray, cells: Sequence[str], cfg: PretrainConfig) -> np.ndarray:
+    """Twin profiles equal to the as-written ones, bit for bit, where the cell
+    has no dead code (the network's two batched passes may differ in the last
+    bits), so that samples without dead code tie in :func:`choose_view`."""
+    if not cfg.pruned_twins:
+        return z
+    j = z.shape[1] // 2
+    same = np.array([protocol.pruned_cell(c) == c for c in cells])
+    z = z.copy()
+    z[same, j:] = z[same, :j]
+    return z
 
 
 # ------------------------------------------------------------------- adapters
