@@ -292,6 +292,7 @@ def test_reference_order_identifies_devices_better_than_random_sets(tmp_path):
         assert set(cand) <= set(protocol.protocol_sets(lat[d])[0])
     for i in cand:  # and computes what it says: no cut cell, no dead operation
         assert protocol.cell_paths(data.cells[i]) == {"cut": False, "dead_ops": 0}
+        assert protocol.pruned_cell(data.cells[i]) == data.cells[i]  # not even a dead skip connection
     assert any(protocol.cell_paths(c)["cut"] or protocol.cell_paths(c)["dead_ops"] for c in data.cells[:900])
     order = reference.order(z, lat, data.cells, 10)
     assert len(set(order)) == 10 and set(order) <= set(cand)

@@ -9,6 +9,12 @@ device, one output per device. It learns from the pool architectures
 is averaged. The outputs are the architecture's *device profile*: where it
 ranks on each known device.
 
+Two views. Every pre-training device runs a cell as written (PyTorch's eager
+cell: dead operations included), but a device whose runtime drops dead code
+runs less. With ``pruned_twins`` each cell is also profiled as its pruned cell
+(:func:`protocol.pruned_cell`), and every fit on k samples first chooses the
+view with the lower leave-one-out error (:func:`choose_view`).
+
 Adaptation. A new device is seen only through k measured architectures:
 either random ones from its trimmed pool (HELP's protocol) or the first k of
 a *reference set* chosen from the pre-training devices alone

@@ -49,8 +49,8 @@ def reference_order(data: HelpData, devices: Sequence[str], profiles: np.ndarray
     """:func:`reference.order` over ``devices`` (their latencies only), cached
     by (profiles, latencies, k, seed)."""
     lat = {d: data.latency[d] for d in devices}
-    key = hashlib.sha256(json.dumps([list(devices), k, seed, reference.ALPHA, data.cells[:900]]).encode()
-                         + profiles.tobytes()
+    settings = [list(devices), k, seed, reference.ALPHA, "no-dead-code", data.cells[:900]]
+    key = hashlib.sha256(json.dumps(settings).encode() + profiles.tobytes()
                          + b"".join(v.tobytes() for v in lat.values())).hexdigest()[:16]
     path = cache / f"reference-{key}.npy" if cache else None
     if path is not None and path.is_file():
@@ -215,14 +215,20 @@ def markdown(r: dict, data: HelpData) -> str:
           + ", ".join(f"k={k} {v['variants']['spearman']:.3f} +- {v['variants']['spearman_std']:.3f} "
                       f"(min {v['variants']['spearman_min']:.3f})"
                       for k, v in r["mean"]["reference"].items() if "variants" in v) + ".",
+          "", "Pruned view (share of fits that chose to profile the cells as a runtime that drops dead code "
+          "runs them; random 10 / reference 10 / all): "
+          + ", ".join(f"{d} {c['random']['10']['pruned_view']:.1f} / {c['reference']['10']['pruned_view']:.0f} / "
+                      f"{c['random']['900']['pruned_view']:.0f}" for d, c in r["devices"].items()) + ". "
+          "The reference set holds no cell with dead code, so reference samples cannot tell the views apart "
+          "and keep the as-written one.",
           "", "How alike each test device is to its nearest pre-training device (Spearman of the two devices' "
           "*measured* latencies on the test set; not available to the method, shown to explain the spread): "
           + ", ".join(f"{d} ~ {v['device']} {v['spearman']:.3f}" for d, v in r["nearest_device"].items()) + ".",
           "", "## The reference set", "",
           "The first 10 architectures of the reference order (NAS-Bench-201 index and cell), in the order to "
-          f"measure them; the whole order ({len(ref['order'])}) is in `fewshot.json`. Each lies inside the 10..90 % "
-          "latency band of every pre-training device; how many of the 10 fell inside each test device's own "
-          "trimmed pool (known only after measuring it): "
+          f"measure them; the whole order ({len(ref['order'])}) is in `fewshot.json`. Each has no dead code and "
+          "lies inside the 10..90 % latency band of every pre-training device; how many of the 10 fell inside "
+          "each test device's own trimmed pool (known only after measuring it): "
           + ", ".join(f"{d} {n}/10" for d, n in in_pool.items()) + ".", "",
           "| # | index | cell |", "|---|---|---|"]
     L += [f"| {i + 1} | {ix} | `{cell}` |" for i, (ix, cell) in enumerate(zip(ref["order"][:10], ref["cells"][:10]))]
@@ -260,6 +266,11 @@ def markdown(r: dict, data: HelpData) -> str:
           "lowers the error of predicting each pre-training device from the *other* devices' profiles by a "
           "ridge fit on the chosen architectures. Candidates: pool architectures inside every pre-training "
           "device's trimmed pool.",
+          "- **Two views of each cell**: as written (what PyTorch's eager cell runs: every edge, dead "
+          "operations included) and pruned (`protocol.pruned_cell`: what a runtime that drops dead code runs; "
+          "a cut cell runs nothing). None of the pre-training devices drops dead code, so the pruned view is "
+          "the same network applied to the pruned cell. Each fit chooses the view whose leave-one-out error "
+          "on the k samples is lower (ties, as on samples without dead code, keep the as-written view).",
           "- **Adaptation** (see the module doc): `similarity` weights the pre-training devices by how "
           "well their profile ranks the k measured architectures, then fits a line; `ridge` fits log latency "
           "to the mean profile plus penalized deviations toward individual devices; `simridge-A` does the "

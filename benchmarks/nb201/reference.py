@@ -16,7 +16,8 @@ summed over the devices j. (Adding a candidate is a rank-one update of each
 device's normal equations, so one step scores all candidates at once.)
 
 Candidates are the pool architectures that compute what they say (no
-``none`` edges cutting the cell, no dead operations: such a cell's latency
+``none`` edges cutting the cell, no operation whose result never reaches the
+output, skip connections included: such a cell's latency
 depends on whether the device's runtime drops dead code, which PyTorch's
 eager cell does not and an exported graph does, so no known device predicts
 it for an unknown one) and lie inside the trimmed pool (10..90 % latency
@@ -38,11 +39,11 @@ ALPHA = 1.0
 
 
 def candidates(latency: Mapping[str, np.ndarray], cells: Sequence[str]) -> np.ndarray:
-    """Pool architectures (0..899) whose cell (``cells[i]``) is neither cut nor
-    runs dead operations and that lie inside the trimmed pool of every device
+    """Pool architectures (0..899) whose cell (``cells[i]``) has no dead code
+    (it is its own :func:`protocol.pruned_cell`: not cut, every operation
+    reaches the output) and that lie inside the trimmed pool of every device
     in ``latency`` (device -> ms per architecture index), ascending."""
-    keep = np.array([not (p := protocol.cell_paths(cells[i]))["cut"] and p["dead_ops"] == 0
-                     for i in protocol.POOL])
+    keep = np.array([protocol.pruned_cell(cells[i]) == cells[i] for i in protocol.POOL])
     for lat in latency.values():
         inside = np.zeros(len(protocol.POOL), bool)
         inside[protocol.protocol_sets(lat)[0]] = True
