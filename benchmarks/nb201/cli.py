@@ -113,7 +113,7 @@ def _reference(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ByodError("--k must be at least 1")
     z, _ = fewshot.pretrain(data, devices, fewshot.PretrainConfig(), Path(args.cache))
-    idx = reference_order(data, devices, z[:, :len(devices)], max(args.k, 10), Path(args.cache))[:args.k]
+    idx = reference_order(data, devices, z[:, :len(devices)], max(args.k, 10), Path(args.cache))[0][:args.k]
     rows = [{"index": int(i), "cell": data.cells[i]} for i in idx]
     if args.json:
         print(json.dumps(rows, indent=1))
