@@ -106,9 +106,9 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
     key = hashlib.sha256(json.dumps([cfg.__dict__, list(devices), data.cells[:900]]).encode()
                          + y.tobytes()).hexdigest()[:16]
     path = cache / f"profiles-{key}.npy" if cache else None
-    if path is not None and path.is_file() and path.with_suffix(".json").is_file():
-        z = _same_where_nothing_dead(np.load(path), data.cells, cfg)
-        return z, float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+    cached = load_cached(path)
+    if cached is not None:
+        return _same_where_nothing_dead(cached[0], data.cells, cfg), cached[1]
     t0 = time.perf_counter()
     x_all = torch.tensor(np.stack([encode(c) for c in data.cells]), dtype=torch.float32)
     x_twin = torch.tensor(np.stack([encode(protocol.pruned_cell(c)) for c in data.cells]), dtype=torch.float32)
@@ -134,12 +134,24 @@ def pretrain(data: HelpData, devices: Sequence[str], cfg: PretrainConfig,
     z = _same_where_nothing_dead(np.mean(outs, 0), data.cells, cfg)
     seconds = time.perf_counter() - t0
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, z)
-        tmp.replace(path)  # the .npy last: its presence means the pair is complete
+        save_cached(path, z, seconds)
     return z, seconds
+
+
+def load_cached(path: Path | None) -> tuple[np.ndarray, float] | None:
+    """An array and the seconds it took to compute, from :func:`save_cached`; None when absent."""
+    if path is None or not path.is_file() or not path.with_suffix(".json").is_file():
+        return None
+    return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+
+
+def save_cached(path: Path, array: np.ndarray, seconds: float) -> None:
+    """``path`` (.npy) and its .json with the seconds; the .npy last, so its presence means the pair is complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
 
 
 def _same_where_nothing_dead(z: np.ndarray, cells: Sequence[str], cfg: PretrainConfig) -> np.ndarray:

@@ -53,17 +53,14 @@ def reference_order(data: HelpData, devices: Sequence[str], profiles: np.ndarray
     key = hashlib.sha256(json.dumps(settings).encode() + profiles.tobytes()
                          + b"".join(v.tobytes() for v in lat.values())).hexdigest()[:16]
     path = cache / f"reference-{key}.npy" if cache else None
-    if path is not None and path.is_file() and path.with_suffix(".json").is_file():
-        return np.load(path), float(json.loads(path.with_suffix(".json").read_text())["seconds"])
+    cached = fewshot.load_cached(path)
+    if cached is not None:
+        return cached
     t0 = time.perf_counter()
     idx = reference.order(profiles, lat, data.cells, k, seed=seed)
     seconds = time.perf_counter() - t0
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, idx)
-        tmp.replace(path)  # the .npy last: its presence means the pair is complete
+        fewshot.save_cached(path, idx, seconds)
     return idx, seconds
 
 
