@@ -3,6 +3,8 @@ HELP CSV reader, the few-shot adapters, and the command's refusals."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -166,20 +168,71 @@ def test_ridge_adapter_recovers_a_mixture():
     np.testing.assert_allclose(head.predict_log(z[20:]), log_lat[20:], atol=0.05)
 
 
+def test_simridge_leaves_the_span_of_one_device():
+    """A device that mixes two known devices: the similarity head can only
+    rescale a weighted profile dominated by one of them; simridge fits the
+    mixture from 15 samples."""
+    rng = np.random.default_rng(4)
+    z = _profiles(rng, n=400, d=6)
+    lat = np.exp(1.0 + 0.5 * z[:, 1] - 0.4 * z[:, 4])
+    heads = fewshot.fit_adapters(z[:15], lat[:15], ("similarity", "simridge-0.3"))
+    sim = protocol.spearman(heads["similarity"].predict_log(z[15:]), lat[15:])
+    simridge = protocol.spearman(heads["simridge-0.3"].predict_log(z[15:]), lat[15:])
+    assert simridge > 0.97 and simridge > sim + 0.1
+    with pytest.raises(ValueError, match="unknown adapter 'lasso'"):
+        fewshot.fit_adapters(z[:15], lat[:15], ("lasso",))
+
+
 def test_select_picks_by_validation_and_evaluate_reports_draws():
-    """On devices that are exact copies of a known device's profile, both
-    adapters are near-perfect; the selection table and the per-k rows carry
-    what the report prints."""
+    """On devices that are exact copies of a known device's profile, the
+    adapters are near-perfect; the selection table and the per-mode, per-k
+    rows carry what the report prints."""
     rng = np.random.default_rng(2)
     z = _profiles(rng, n=1900, d=4)
     from benchmarks.nb201.help_data import HelpData
 
     data = HelpData(["c"] * 1900, {"v": np.exp(1 + 0.5 * z[:, 1]), "t": np.exp(2 + 0.3 * z[:, 3])})
-    sel = fewshot.select(data, z, ["v"], draws=2, shots=(10, 20))
-    assert set(sel["chosen"]) == {"10", "20"} and sel["spearman_pool_rest"]["similarity"]["10"] > 0.99
-    rows = fewshot.evaluate(data, z, "t", sel, draws=3, shots=(10, 900))
-    assert rows["10"]["draws"] == 3 and rows["900"]["draws"] == 1 and rows["900"]["k"] == 720
-    assert rows["10"]["spearman"] > 0.99 and rows["10"]["count"] == 800
+    ref = np.arange(0, 900, 7)[:30]
+    fold = fewshot.Fold("device", "v", ["v"], ["a", "b", "c", "d"], z, ref)
+    sel = fewshot.select(data, [fold], draws=2, shots=(10, 20))
+    assert set(sel["chosen"]["random"]) == {"10", "20"} and set(sel["chosen"]["reference"]) == {"10", "20"}
+    assert sel["spearman_pool_rest"]["random"]["similarity"]["10"] > 0.99
+    assert fewshot.chosen_adapter(sel, "reference", 50) == sel["chosen"]["reference"]["20"]
+    rows = fewshot.evaluate(data, z, "t", sel, draws=3, reference=ref, variants=[ref[::-1]], shots=(10, 900))
+    assert rows["random"]["10"]["draws"] == 3 and rows["reference"]["10"]["draws"] == 1
+    assert rows["random"]["900"] is rows["reference"]["900"] and rows["random"]["900"]["k"] == 720
+    assert rows["random"]["10"]["spearman"] > 0.99 and rows["reference"]["10"]["count"] == 800
+    assert rows["reference"]["10"]["variants"]["count"] == 1
+    assert 0 <= rows["reference"]["10"]["in_trimmed_pool"] <= 10
+
+
+def test_pruned_cell_drops_dead_code():
+    assert protocol.pruned_cell(CELLS[1][0]) == CELLS[1][0]  # nothing dead
+    # node 1's conv feeds only a none edge: dead
+    assert protocol.pruned_cell("|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|") \
+        == "|none~0|+|skip_connect~0|none~1|+|none~0|none~1|skip_connect~2|"
+    cut = "|nor_conv_3x3~0|+|none~0|none~1|+|none~0|none~1|none~2|"
+    assert protocol.pruned_cell(cut) == "|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"
+    for cell, _ in CELLS:
+        assert protocol.cell_paths(protocol.pruned_cell(cell))["dead_ops"] == 0
+
+
+def test_choose_view_finds_a_device_that_drops_dead_code():
+    """Twin profiles that differ on a third of the architectures: a device
+    following the pruned half is recognized from 12 samples, one following the
+    as-written half is not mistaken for it, and samples where the halves agree
+    keep the as-written view."""
+    rng = np.random.default_rng(5)
+    z = _profiles(rng, n=200, d=4)
+    twin = z.copy()
+    twin[::3] -= rng.uniform(0.5, 2.0, size=(len(z[::3]), 1))  # dead code dropped: faster everywhere
+    both = np.c_[z, twin]
+    assert fewshot.choose_view(both[:12], np.exp(1 + 0.5 * twin[:12, 2])) == 1
+    assert fewshot.choose_view(both[:12], np.exp(1 + 0.5 * z[:12, 2])) == 0
+    clean = np.array([i for i in range(200) if i % 3][:12])
+    assert fewshot.choose_view(both[clean], np.exp(1 + 0.5 * twin[clean, 2])) == 0
+    np.testing.assert_array_equal(fewshot.in_view(both, 1, True), twin)
+    assert fewshot.in_view(z, 1, False) is z
 
 
 def test_ridge_loo_shortcut_equals_refitting():
@@ -188,3 +241,107 @@ def test_ridge_loo_shortcut_equals_refitting():
     slow = np.mean([(fewshot._ridge_fit(np.delete(z, i, 0), np.delete(y, i), 2.0).predict_log(z[i:i + 1])[0]
                      - y[i]) ** 2 for i in range(12)])
     assert fewshot._ridge_loo(z, y, 2.0) == pytest.approx(slow, rel=1e-6)
+
+
+# ------------------------------------------------------- reference set
+SYN_DEVICES = ("1080ti_1", "2080ti_1", "silver_4114", "silver_4210r", "pixel3", "samsung_a50")
+
+
+def synthetic_help(path, seed=0, scramble=()):
+    """A HELP-shaped CSV of 1,900 random NB201 cells and 6 devices named as
+    HELP's (so their kinds are known) whose log latency is a device-specific
+    mix of per-operation costs and one interaction; ``scramble`` devices get
+    unrelated random latencies instead."""
+    rng = np.random.default_rng(seed)
+    ops = np.array(fewshot.OPS)
+    cells = ["|{}~0|+|{}~0|{}~1|+|{}~0|{}~1|{}~2|".format(*ops[rng.integers(0, 5, 6)]) for _ in range(1900)]
+    x = np.stack([fewshot.encode(c) for c in cells])
+    costs = rng.uniform(0.05, 1.0, size=(len(SYN_DEVICES), 5))
+    inter = rng.uniform(0, 0.2, size=len(SYN_DEVICES))
+    noise = np.random.default_rng(seed + 1)
+    lines = ["index,arch_str," + ",".join(f"{d}_ms" for d in SYN_DEVICES)]
+    lat = np.exp(np.stack([1 + np.log1p(x[:, 30:35] @ costs[j]) + inter[j] * x[:, 33] * x[:, 34]
+                           + noise.normal(0, 0.02, 1900) for j in range(len(SYN_DEVICES))], 1))
+    for j, d in enumerate(SYN_DEVICES):
+        if d in scramble:
+            lat[:, j] = noise.lognormal(2, 0.5, 1900)
+    for i, c in enumerate(cells):
+        lines.append(f"{i},{c}," + ",".join(f"{v:.5f}" for v in lat[i]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+SMALL = fewshot.PretrainConfig(hidden=16, epochs=40, seeds=1)
+
+
+def test_reference_order_identifies_devices_better_than_random_sets(tmp_path):
+    from benchmarks.nb201 import reference
+
+    data = load_help(synthetic_help(tmp_path / "s.csv"))
+    devices = list(SYN_DEVICES[:4])
+    z, _ = fewshot.pretrain(data, devices, SMALL)
+    assert z.shape == (1900, 8)  # as written, then pruned twins, equal where nothing is dead
+    clean = np.array([protocol.pruned_cell(c) == c for c in data.cells])
+    assert 0 < clean.sum() < 1900
+    np.testing.assert_array_equal(z[clean, 4:], z[clean, :4])
+    assert np.abs(z[~clean, 4:] - z[~clean, :4]).max() > 0
+    z = z[:, :4]
+    lat = {d: data.latency[d] for d in devices}
+    cand = reference.candidates(lat, data.cells)
+    for d in devices:  # every candidate is inside every device's trimmed pool
+        assert set(cand) <= set(protocol.protocol_sets(lat[d])[0])
+    for i in cand:  # and computes what it says: no cut cell, no dead operation
+        assert protocol.cell_paths(data.cells[i]) == {"cut": False, "dead_ops": 0}
+        assert protocol.pruned_cell(data.cells[i]) == data.cells[i]  # not even a dead skip connection
+    assert any(protocol.cell_paths(c)["cut"] or protocol.cell_paths(c)["dead_ops"] for c in data.cells[:900])
+    order = reference.order(z, lat, data.cells, 10)
+    assert len(set(order)) == 10 and set(order) <= set(cand)
+    np.testing.assert_array_equal(order, reference.order(z, lat, data.cells, 10))  # deterministic
+    np.testing.assert_array_equal(order[:5], reference.order(z, lat, data.cells, 5))  # nested
+    chosen = reference.objective(z, lat, order)
+    randoms = [reference.objective(z, lat, protocol.draw(cand, 10, "r", s)) for s in range(8)]
+    assert chosen < min(randoms)
+    variant = reference.order(z, lat, data.cells, 10, seed=3)
+    assert set(variant) <= set(cand) and not np.array_equal(variant, order)
+    with pytest.raises(ValueError, match="one per pre-training device"):
+        reference.order(z[:, :3], lat, data.cells, 10)
+
+
+@pytest.mark.slow
+def test_fewshot_run_never_reads_test_devices_and_reproduces(tmp_path):
+    """The reference order, the validation folds and the chosen adapters are
+    the same whatever the test devices' columns hold; a second run from an
+    empty cache reproduces every figure."""
+    from benchmarks.nb201.fewshot_run import run
+
+    test, k = ["2080ti_1", "pixel3"], (10, 20, 900)
+    a = run(str(synthetic_help(tmp_path / "a.csv")), tmp_path / "ra", test, None, 2, tmp_path / "ca", "a", SMALL, k)
+    b = run(str(synthetic_help(tmp_path / "b.csv", scramble=test)), tmp_path / "rb", test, None, 2,
+            tmp_path / "cb", "b", SMALL, k)
+    assert a["reference"] == b["reference"] and a["selection"] == b["selection"]
+    assert len(a["reference"]["order"]) == 20
+    assert [f["name"] for f in a["selection"]["folds"]] == ["1080ti_1", "silver_4114", "silver_4210r",
+                                                            "samsung_a50", "cpu", "gpu", "phone"]
+    assert a["devices"] != b["devices"]  # the test columns do count where they should
+    again = run(str(tmp_path / "a.csv"), tmp_path / "ra2", test, None, 2, tmp_path / "ca2", "a", SMALL, k)
+
+    def figures(r):  # everything but the fit times
+        return {d: {m: {kk: {x: v for x, v in row.items() if x != "fit_seconds"} for kk, row in rows.items()}
+                    for m, rows in modes.items()} for d, modes in r["devices"].items()}
+
+    assert figures(again) == figures(a) and again["reference"] == a["reference"]
+    md = (tmp_path / "ra" / "fewshot.md").read_text()
+    assert "## The reference set" in md and "random samples" in md
+    assert a["mean"]["reference"]["10"]["variants"]["count"] == 2
+
+
+def test_reference_cli_prints_cells_to_measure(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fewshot, "PretrainConfig", lambda: SMALL)
+    p = synthetic_help(tmp_path / "s.csv")
+    code = main(["reference", "--csv", str(p), "--k", "4", "--exclude", "pixel3", "--json",
+                 "--cache", str(tmp_path / "c")])
+    rows = json.loads(capsys.readouterr().out)
+    cells = load_help(p).cells
+    assert code == 0 and len(rows) == 4 and all(cells[r["index"]] == r["cell"] for r in rows)
+    code = main(["reference", "--csv", str(p), "--exclude", "edgetpu", "--cache", str(tmp_path / "c")])
+    assert code == 2 and "--exclude edgetpu: not a column" in capsys.readouterr().err

@@ -6,11 +6,15 @@ Bad input prints one line, ``nb201: error: ...``, and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from benchmarks.nb201 import fewshot
+from benchmarks.nb201.fewshot_run import TEST, reference_order, run
+from benchmarks.nb201.help_data import load_help
 from training.byod.errors import ByodError
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"  # git-ignored
@@ -18,7 +22,6 @@ CSV_HELP = "the HELP-format latency CSV: index, arch_str, <device>_ms ... (../sh
 
 
 def _parser() -> argparse.ArgumentParser:
-    from benchmarks.nb201.fewshot_run import TEST, VALIDATION
     from training.byod.cli import add_train_settings
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.nb201",
@@ -31,10 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", default="reports/nb201", help="report folder (default reports/nb201)")
     f.add_argument("--test", nargs="+", default=list(TEST), help=f"test devices (default {' '.join(TEST)})")
     f.add_argument("--validation", nargs="+", default=None,
-                   help=f"validation devices for choosing the adapter (default {' '.join(VALIDATION)}, "
-                        "minus any test device)")
+                   help="validation devices for choosing the adapter, each held out in turn and by kind "
+                        "(default: every non-test device)")
     f.add_argument("--draws", type=int, default=10, help="random draws of the k samples (default 10)")
     f.add_argument("--cache", default=str(DEFAULT_CACHE), help="pre-training cache (default benchmarks/nb201/.cache)")
+
+    r = sub.add_parser("reference", help="the NB201 cells to measure on a new device (the reference order)",
+                       description="Pre-train on the CSV's devices (minus --exclude) and print the first k "
+                                   "architectures of the reference order: measure these on the new device.")
+    r.add_argument("--csv", required=True, help=CSV_HELP)
+    r.add_argument("--k", type=int, default=10, help="how many architectures (default 10)")
+    r.add_argument("--exclude", nargs="+", default=[], help="device columns not to learn from")
+    r.add_argument("--json", action="store_true", help="print a JSON list of {index, cell}")
+    r.add_argument("--cache", default=str(DEFAULT_CACHE), help="pre-training cache (default benchmarks/nb201/.cache)")
 
     n = sub.add_parser("seernet", help="SeerNet per device (900 samples), SeerNet-Multi few-shot, FLOPs",
                        description="Reproduce reports/nb201/README.md: per-device SeerNet at 900 samples, "
@@ -70,13 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(1)
         if args.command == "fewshot":
-            from benchmarks.nb201.fewshot_run import VALIDATION, run
-
-            val = args.validation or [d for d in VALIDATION if d not in args.test]
             if args.draws < 1:
                 raise ByodError("--draws must be at least 1")
-            run(args.csv, Path(args.out), args.test, val, args.draws, Path(args.cache), command)
+            run(args.csv, Path(args.out), args.test, args.validation, args.draws, Path(args.cache), command)
             return 0
+        if args.command == "reference":
+            return _reference(args)
         from benchmarks.nb201.seernet import run_benchmark
         from training.byod.graphs import GraphCache
         from training.seernet.train import TrainConfig
@@ -89,3 +100,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ByodError as exc:
         print(f"nb201: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _reference(args: argparse.Namespace) -> int:
+    data = load_help(args.csv)
+    unknown = [d for d in args.exclude if d not in data.latency]
+    if unknown:
+        raise ByodError(f"--exclude {' '.join(unknown)}: not a column of the CSV (it has {', '.join(data.devices)})")
+    devices = [d for d in data.devices if d not in args.exclude]
+    if len(devices) < 2:
+        raise ByodError(f"{len(devices)} device columns left to learn from; the reference order needs 2 or more")
+    if args.k < 1:
+        raise ByodError("--k must be at least 1")
+    z, _ = fewshot.pretrain(data, devices, fewshot.PretrainConfig(), Path(args.cache))
+    idx = reference_order(data, devices, z[:, :len(devices)], max(args.k, 10), Path(args.cache))[0][:args.k]
+    rows = [{"index": int(i), "cell": data.cells[i]} for i in idx]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"# measure these {len(rows)} NAS-Bench-201 cells on the new device "
+              f"(chosen from {len(devices)} devices: {', '.join(devices)})")
+        for i, row in enumerate(rows, 1):
+            print(f"{i:3d}  {row['index']:5d}  {row['cell']}")
+    return 0

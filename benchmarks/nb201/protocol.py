@@ -41,20 +41,21 @@ def protocol_sets(latency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return trim(POOL, latency), trim(TEST, latency)
 
 
-def draw(pool: Sequence[int], k: int, device: str, seed: int = 0) -> np.ndarray:
+def draw(pool: Sequence[int] | np.ndarray, k: int, device: str, seed: int = 0) -> np.ndarray:
     """``k`` indices drawn without replacement from ``pool``, deterministically
     in ``(seed, device, k)``; all of ``pool`` when ``k >= len(pool)``."""
-    pool = np.asarray(pool, dtype=np.int64)
-    if k >= len(pool):
-        return pool.copy()
+    idx = np.asarray(pool, dtype=np.int64)
+    if k >= len(idx):
+        return idx.copy()
     digest = hashlib.sha256(f"{seed}|{device}|{k}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
-    return np.sort(rng.choice(pool, size=k, replace=False))
+    return np.sort(rng.choice(idx, size=k, replace=False))
 
 
-def rankdata(a: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based) with ties sharing their mean rank."""
-    return _rankdata(np.asarray(a, dtype=np.float64), method="average")
+def rankdata(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """Average ranks (1-based) with ties sharing their mean rank; along
+    ``axis`` (each column for 0), or of the flattened array for None."""
+    return _rankdata(np.asarray(a, dtype=np.float64), method="average", axis=axis)
 
 
 def spearman(pred: np.ndarray, true: np.ndarray) -> float:
@@ -95,3 +96,19 @@ def cell_paths(cell: str) -> dict:
     dead = sum(1 for j, ops in enumerate(nodes, start=1) for op in ops
                if op not in ("none", "skip_connect") and not used[j])
     return {"cut": not reach[-1], "dead_ops": dead}
+
+
+def pruned_cell(cell: str) -> str:
+    """The cell as a runtime that drops dead code runs it: every operation
+    whose result never reaches the output becomes ``none``; a cut cell (its
+    output is all zeros) becomes all ``none``."""
+    nodes = [[tok.split("~")[0] for tok in part.split("|") if tok] for part in cell.strip().split("+")]
+    used = [False] * (len(nodes) + 1)
+    used[-1] = not cell_paths(cell)["cut"]
+    for j in range(len(nodes), 0, -1):
+        if used[j]:
+            for i, op in enumerate(nodes[j - 1]):
+                if op != "none":
+                    used[i] = True
+    return "+".join("|" + "|".join(f"{op if used[j] else 'none'}~{i}" for i, op in enumerate(ops)) + "|"
+                    for j, ops in enumerate(nodes, start=1))
