@@ -48,6 +48,27 @@ def drift(records: list[dict], time_field: str) -> list[dict]:
     return out
 
 
+def memory_remeasure_line(records: list[dict]) -> str:
+    """One card line on a memory re-measure (``training.campaign.remeasure_memory``),
+    computed from the records' ``quality.memory_remeasured``; empty if none."""
+    done = [r for r in records if "memory_remeasured" in r.get("quality", {})]
+    if not done:
+        return ""
+    ratios = [b / n for r in done if (b := (r["quality"].get("memory_before") or {}).get("peak_mem_mb"))
+              and (n := r["metrics"].get("peak_mem_mb"))]
+    at = sorted(r["quality"]["memory_remeasured"]["at"] for r in done)
+    ort = sorted({str(r["quality"]["memory_remeasured"].get("onnxruntime_version")) for r in done})
+    return (f"- Peak memory of {len(done)} records was measured again after the campaign "
+            f"(`python -m training.campaign.remeasure_memory`, {at[0][:10]} to {at[-1][:10]}, "
+            f"onnxruntime {', '.join(ort)}), each configuration in a fresh measuring child as "
+            "`perfseer-rt profile` measures it (reference configurations each separately), and its "
+            "PerfGraph extracted again by the current extractor; latency kept from the campaign. "
+            "The campaign's values, measured in a reused child, are kept in "
+            "`quality.memory_before`" + (f": they read higher by a median {100 * (np.median(ratios) - 1):+.1f} %, "
+                                         f"90th percentile {100 * (np.percentile(ratios, 90) - 1):+.1f} %."
+                                         if ratios else "."))
+
+
 def card(dataset: str | Path) -> str:
     dataset = Path(dataset)
     records = read_records(dataset)
@@ -97,7 +118,8 @@ def card(dataset: str | Path) -> str:
         f"- Settings: `{json.dumps(campaign.get('measure_settings', {}))}`; campaign "
         f"`{json.dumps({k: v for k, v in campaign.get('settings', {}).items() if k != 'out'})}`.",
         "- Records with robust CV above 3 % were re-measured once (the better measurement "
-        "kept) and flagged `quality.noisy` if still above.", "",
+        "kept) and flagged `quality.noisy` if still above.",
+        memory_remeasure_line(records), "",
         "## Contents", "",
         f"- {len(main)} configurations ({len(ok)} ok, "
         f"{sum(r['status'] == 'oom' for r in main)} out of memory, "
