@@ -20,8 +20,6 @@ SCALES: dict[str, tuple[tuple[str, ...], float]] = {
     "run_peak_mb": (("weight_total", "act_live_peak"), 2.0 ** 20),
     "peak_mem_mb": (("weight_total", "act_live_peak"), 2.0 ** 20),
 }
-#: The metrics learned per FLOP (a subset of :data:`SCALES`).
-PER_FLOP_METRICS = ("latency_ms", "step_ms", "energy_mj")
 #: Position of ``flops_total`` in the global features.
 FLOPS_COLUMN = layout.GLOBAL_COLUMNS.index("flops_total")
 #: Added to ``flops_total`` before the log (FLOPs): graphs that compute
@@ -126,4 +124,4 @@ class GlobalGBM:
         return f"{self.__class__.__name__}({self.params})"
 
 
-__all__: Sequence[str] = ["FLOPS_COLUMN", "FLOPS_FLOOR", "GlobalGBM", "PER_FLOP_METRICS", "SCALES", "scale_of"]
+__all__: Sequence[str] = ["FLOPS_COLUMN", "FLOPS_FLOOR", "GlobalGBM", "SCALES", "scale_of"]
