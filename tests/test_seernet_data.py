@@ -69,6 +69,29 @@ def test_load_samples_and_splits(tmp_path):
     assert summary["configurations"] == 24 and summary["metrics"]["latency_ms"]["count"] == 24
 
 
+def test_several_folders_read_as_one(tmp_path):
+    """A campaign and its extension (here: other batch sizes of the same
+    architectures) pool their records; each record finds its graph in its own
+    folder's shards, and the one-memory-method guard spans the folders."""
+    a = write_synthetic_dataset(tmp_path / "a", num_archs=6, batches=(1,), max_nodes=8)
+    b = write_synthetic_dataset(tmp_path / "b", num_archs=6, batches=(2,), max_nodes=8)
+    both = data.load_samples([a, b])
+    assert len(both) == len(data.load_samples(a)) + len(data.load_samples(b)) == 12
+    assert {s.batch for s in both} == {1, 2}
+    assert len(data.read_records([a, b])) == len(data.read_records(a)) + len(data.read_records(b))
+    with pytest.raises(data.DatasetError, match="no dataset folder"):
+        data.load_samples([])
+    for root, method in ((a, "vmhwm"), (b, "vmhwm+mmap64k+fresh")):
+        part = root / "records" / "part0000.jsonl"
+        recs = [json.loads(line) for line in part.read_text().splitlines()]
+        for r in recs:
+            r.setdefault("quality", {})["peak_mem_method"] = method
+        part.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(data.DatasetError, match="more than one method"):
+        data.load_samples([a, b])
+    assert len(data.load_samples([a, b], metrics=["latency_ms"])) == 12
+
+
 def test_load_samples_errors_name_the_problem(tmp_path):
     with pytest.raises(data.DatasetError, match="no records"):
         data.load_samples(tmp_path)

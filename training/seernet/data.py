@@ -61,6 +61,8 @@ SCHEMES = ("arch", "family", "real")
 #: while it runs (weights resident + activation arena). Lifted into the
 #: sample's targets so a predictor can learn each part.
 PHASE_METRICS = ("load_peak_mb", "run_peak_mb")
+#: One dataset folder, or several read as one.
+DatasetPaths = str | os.PathLike | Sequence[str | os.PathLike]
 
 #: ``env`` keys that name a CPU model; records of one device must agree on them.
 CPU_KEYS = ("cpu_vendor", "cpu_family", "cpu_model_id")
@@ -127,8 +129,25 @@ def read_graph_shard(path: str | os.PathLike) -> dict[str, tuple[np.ndarray, ...
 
 
 # --------------------------------------------------------------------- records
-def read_records(dataset_dir: str | os.PathLike) -> list[dict]:
-    """Every record of ``DIR/records/*.jsonl`` (files in name order)."""
+def dataset_dirs(dataset: DatasetPaths) -> list[Path]:
+    """One dataset folder or several read as one (e.g. a campaign and its
+    extension measured with the same method on the same device)."""
+    dirs = [Path(dataset)] if isinstance(dataset, (str, os.PathLike)) else [Path(d) for d in dataset]
+    if not dirs:
+        raise DatasetError("no dataset folder given")
+    return dirs
+
+
+def read_records(dataset: DatasetPaths) -> list[dict]:
+    """Every record of ``DIR/records/*.jsonl`` (files in name order; folders
+    in the order given)."""
+    records = []
+    for d in dataset_dirs(dataset):
+        records.extend(_read_folder_records(d))
+    return records
+
+
+def _read_folder_records(dataset_dir: Path) -> list[dict]:
     files = sorted(Path(dataset_dir, "records").glob("*.jsonl"))
     if not files:
         raise DatasetError(f"{dataset_dir}: no records/*.jsonl; is this a dataset folder?")
@@ -144,7 +163,7 @@ def read_records(dataset_dir: str | os.PathLike) -> list[dict]:
     return records
 
 
-def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None = None,
+def load_samples(dataset_dir: DatasetPaths, metrics: Iterable[str] | None = None,
                  device: str | None = None) -> list[GraphSample]:
     """The successful records of a dataset joined with their graphs.
 
@@ -154,7 +173,8 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
     ``extra["repeats"]`` says how many records it merged.
 
     Args:
-        dataset_dir: the dataset folder (layout in the module doc).
+        dataset_dir: the dataset folder (layout in the module doc), or several
+            read as one: their records pool, as do their graph shards.
         metrics: keep only these metrics in ``targets`` (default: all).
         device: keep only records of this device (default: all).
     """
@@ -166,8 +186,9 @@ def load_samples(dataset_dir: str | os.PathLike, metrics: Iterable[str] | None =
     if wanted is None or any(m.startswith("peak_mem") for m in wanted):
         check_one_memory_method(dataset_dir, [r for rs in groups.values() for r in rs])
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
-    for shard in sorted(Path(dataset_dir, "graphs").glob("*.npz")):
-        graphs.update(read_graph_shard(shard))
+    for folder in dataset_dirs(dataset_dir):
+        for shard in sorted(Path(folder, "graphs").glob("*.npz")):
+            graphs.update(read_graph_shard(shard))
     _refuse_mixed(groups)
     samples = []
     for (dev, key), rs in groups.items():

@@ -1,6 +1,6 @@
 """Train SeerNet, SeerNet-Multi and every baseline; evaluate; write a report.
 
-    python -m training.seernet.report --dataset DIR --out REPORTDIR \\
+    python -m training.seernet.report --dataset DIR [DIR ...] --out REPORTDIR \\
         [--metrics latency_ms peak_mem_mb ...] [--models seernet gbm ...] \\
         [--splits arch family] [--epochs N] [--threads N] [--seed S] \\
         [--joint-baselines] [--export-dir exported_models/<device>] [--device NAME]
@@ -62,7 +62,7 @@ MAX_COMBINE_SLACK_PCT = 2.0
 COVERAGE = 0.9
 
 
-def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | None = None,
+def run_report(dataset: data.DatasetPaths, out: str | Path, metrics: Sequence[str] | None = None,
                model_names: Sequence[str] = models.MODEL_NAMES, splits: Sequence[str] = ("arch", "family"),
                cfg: TrainConfig | None = None, joint_baselines: bool = False,
                export_dir: str | Path | None = None, device: str | None = None,
@@ -85,7 +85,7 @@ def run_report(dataset: str | Path, out: str | Path, metrics: Sequence[str] | No
     ok_records = [r for r in records if r.get("status") == "ok" and (device is None or r.get("device") == device)]
     mode, step = mode_and_step(ok_records)
     report: dict = {
-        "dataset": str(dataset), "command": command, "device": device, "mode": mode, "step": step,
+        "dataset": ", ".join(str(d) for d in data.dataset_dirs(dataset)), "command": command, "device": device, "mode": mode, "step": step,
         "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
         "data": data.dataset_summary(samples, metrics),
         "noise_floor": noise_floor(records, metrics),
@@ -393,7 +393,8 @@ def _strip(obj):
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.seernet.report",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True, help="dataset folder (records/*.jsonl, graphs/*.npz)")
+    p.add_argument("--dataset", required=True, nargs="+", metavar="DIR",
+                   help="dataset folder (records/*.jsonl, graphs/*.npz); several are read as one")
     p.add_argument("--out", required=True, help="report folder to write")
     p.add_argument("--metrics", nargs="+", help="metrics to predict (default: all in the dataset)")
     p.add_argument("--models", nargs="+", default=list(models.MODEL_NAMES), choices=models.MODEL_NAMES,

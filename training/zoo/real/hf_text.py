@@ -100,6 +100,21 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                     "tie_word_embeddings": True, "max_position_embeddings": 2048}),
     "distilbert-multilingual": ("distilbert", "DistilBertConfig", "encoder",  # 119k-token vocabulary
                                 {"vocab_size": 119547}),
+    # added 2026-11-24 (session 10) for the fourth untuned check (not measured before it)
+    "deberta-v3-small": ("deberta", "DebertaV2Config", "encoder",  # microsoft/deberta-v3-small
+                         {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
+                          "intermediate_size": 3072, "vocab_size": 128100, "relative_attention": True,
+                          "position_buckets": 256, "pos_att_type": ["p2c", "c2p"], "max_relative_positions": -1,
+                          "position_biased_input": False, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                          "type_vocab_size": 0}),
+    "modernbert-base": ("modernbert", "ModernBertConfig", "encoder",  # answerdotai/ModernBERT-base
+                        {"hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
+                         "intermediate_size": 1152, "vocab_size": 50368}),
+    "gemma3-270m": ("gemma", "Gemma3TextConfig", "causal",  # google/gemma-3-270m: a 262k-token vocabulary
+                    {"hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+                     "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                     "vocab_size": 262144, "sliding_window": 512, "tie_word_embeddings": True,
+                     "max_position_embeddings": 32768}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
