@@ -59,6 +59,8 @@ def compare(measured: dict[str, float], pred: dict[str, Any]) -> dict[str, Any]:
                   "error_pct": (p["value"] / measured[m] - 1) * 100,
                   "inside_interval": None if iv is None else bool(iv[0] <= measured[m] <= iv[1])}
     row["ood_warning"] = any("far from the training data" in w for w in pred.get("warnings", []))
+    row["distance_score"] = (pred.get("distance") or {}).get("score")
+    row["predictor_version"] = (pred.get("predictor") or {}).get("version")
     return row
 
 
