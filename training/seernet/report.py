@@ -85,7 +85,8 @@ def run_report(dataset: data.DatasetPaths, out: str | Path, metrics: Sequence[st
     ok_records = [r for r in records if r.get("status") == "ok" and (device is None or r.get("device") == device)]
     mode, step = mode_and_step(ok_records)
     report: dict = {
-        "dataset": ", ".join(str(d) for d in data.dataset_dirs(dataset)), "command": command, "device": device, "mode": mode, "step": step,
+        "dataset": ", ".join(str(d) for d in data.dataset_dirs(dataset)), "command": command,
+        "device": device, "mode": mode, "step": step,
         "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
         "data": data.dataset_summary(samples, metrics),
         "noise_floor": noise_floor(records, metrics),
