@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import onnx
@@ -40,6 +40,7 @@ from perfseer_rt.graph.nodes import (
     OTHER,
     OUTS,
     Row,
+    attribute_keys,
     attribute_names,
     has_subgraph,
     node_table,
@@ -70,6 +71,27 @@ _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 #: A shared weight tensor at least this many elements earns a warning
 #: (exporters share small scalar constants between layers all the time).
 SHARED_WARN_ELEMS = 1024
+
+
+#: The generic node columns, in the order of ``_NodeFeatures.cols`` (the
+#: first is the index of the op's one-hot column).
+_FEATURE_COLS = ("op", "in_elems", "out_elems", "num_inputs", "num_outputs", "in_channels",
+                 "out_channels", "flops", "mac", "weight", "params", "ai")
+
+
+class _NodeFeatures(NamedTuple):
+    """What one node contributes to the PerfGraph that depends only on its
+    signature (op, attributes, input and output types, constant inputs)."""
+
+    cols: tuple[float, ...]  # values of _FEATURE_COLS
+    hp_keys: tuple[str, ...] | None  # the cost rule's hyper-parameter names
+    hp_vals: tuple[float, ...] | None  # and values
+    compute: int  # compute element type
+    flops: float
+    unknown: str | None  # the entry in PerfGraph.unknown_ops, if any
+    weight_pos: tuple[tuple[int, int, float, int], ...]  # (position, elems, bytes, elem type)
+    data_pos: tuple[int, ...]  # positions of data inputs
+    note: str | None  # a control-flow warning
 
 
 def extract(model: ModelSource, batch: int | None = None,
@@ -198,9 +220,11 @@ InitInfo = tuple[str, int, tuple[int, ...], int, bool]
 
 
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
-              table: list[Row] | None = None) -> list[InitInfo]:
+              table: list[Row] | None = None, akeys: list[str | None] | None = None
+              ) -> list[InitInfo]:
     """Node cap, element types and initializer dims, before any arithmetic;
-    returns what it read of the initializers."""
+    returns what it read of the initializers. ``akeys``: the table's
+    :func:`~perfseer_rt.graph.nodes.attribute_keys`, when the caller has them."""
     g = proto.graph
     table = node_table(g) if table is None else table
     n = count_nodes(g, max_nodes, table)
@@ -208,12 +232,16 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
-    for row in table:
-        if row[0] in SPATIAL_OPS:
+    if akeys is None:
+        akeys = attribute_keys(table)
+    checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
+    for row, akey in zip(table, akeys):
+        if row[0] in SPATIAL_OPS and akey not in checked:
             try:
                 check_spatial_attrs(row[ATTRS])
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
+            checked.add(akey)
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
@@ -310,7 +338,8 @@ class _Structure:
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
         self.table = node_table(proto.graph)
-        inits_read = _validate(proto, name, max_nodes, self.table)
+        self.akeys = attribute_keys(self.table)
+        inits_read = _validate(proto, name, max_nodes, self.table, self.akeys)
         self.proto = proto
         self.name = name
         self.max_nodes = max_nodes
@@ -338,7 +367,7 @@ class _Structure:
             return None
         try:
             return Propagation(self.table, self.folded, typed, constants, late, self.proto,
-                               opset).run(self.kept, deadline)
+                               opset, self.akeys).run(self.kept, deadline)
         except GiveUp as exc:
             log.debug("%s: shape propagation gave up (%s)", self.name, exc)
             return None
@@ -410,6 +439,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     deadline.check("folding")
 
     rows = [st.table[i] for i in kept]
+    akeys = [st.akeys[i] for i in kept]
     ops = [r[0] for r in rows]
     node_ins = [r[3] for r in rows]
     node_outs = [r[4] for r in rows]
@@ -475,36 +505,11 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             ti = tinfo[t] = TensorInfo(t, shape, size, counted.get(t))
         return ti
 
-    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
-    n_nodes = len(kept)
-    # Per-node features are gathered column-wise (one list per column, one
-    # numpy assignment per column at the end); only the op-specific cost
-    # rules run per node.
-    op_cols = [0] * n_nodes
-    in_elems = [0.0] * n_nodes
-    out_elems = [0.0] * n_nodes
-    num_in = [0.0] * n_nodes
-    num_out = [0.0] * n_nodes
-    in_ch = [0.0] * n_nodes
-    out_ch = [0.0] * n_nodes
-    flops_col = [0.0] * n_nodes
-    mac_col = [0.0] * n_nodes
-    weight_col = [0.0] * n_nodes
-    params_col = [0.0] * n_nodes
-    ai_col = [0.0] * n_nodes
-    # the cost rules' hyper-parameters, grouped by their names (a Conv has
-    # 13, always the same): one numpy assignment per group at the end
-    hp_groups: dict[tuple[str, ...], tuple[list[int], list[list[float]]]] = {}
-    unknown: list[str] = []
-    src, dst, edge_tensors = [], [], []
-    weight_uses: dict[str, int] = {}
-    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
-    control_notes: list[str] = []
-    weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     compute_types = _COMPUTE_TYPES
-    for k in range(n_nodes):
-        if not k % 4096:
-            deadline.check("node costs")
+
+    def node_features(k: int) -> _NodeFeatures:
+        """What node ``k`` contributes that depends only on its op,
+        attributes, input and output types and which inputs are constant."""
         op = ops[k]
         node_in = node_ins[k]
         node_out = node_outs[k]
@@ -515,11 +520,10 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         else:
             ins = [(tinfo.get(t) or info(t)) if t else None for t in node_in]
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
+        note = None
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
                                                    max_nodes, deadline, depth)
-            if note:
-                control_notes.append(note)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -540,92 +544,133 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             if compute is None:
                 compute = first_typed if first_typed is not None else 0
         flops = cost.flops
-        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + float(flops)
-        if not ruled:
-            unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
-
         data_bytes: float = 0
         weight_bytes: float = 0
         params_n = 0
         first_data = None
-        n_data = 0
-        linked: list[str] | None = None  # tensors this node already has an edge for
-        for tname, ti in zip(node_in, ins):
+        weight_pos: list[tuple[int, int, float, int]] = []
+        data_pos: list[int] = []
+        for pos, (tname, ti) in enumerate(zip(node_in, ins)):
             if ti is None:
                 continue
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                root = roots.get(tname, tname)  # aliases of one weight count once
-                uses = weight_uses.get(root)
-                if uses is None:
-                    weight_uses[root] = 1
-                    weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
-                else:
-                    weight_uses[root] = uses + 1
-                    if weight_sizes[root][1] < ti.nbytes:
-                        weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
+                weight_pos.append((pos, ti.elems, ti.nbytes, shapes[tname][0]))
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:
                     first_data = ti
-                n_data += 1
-                p = producer.get(tname)
-                if p is not None:
-                    if linked is None:
-                        linked = [tname]
-                    elif tname in linked:
-                        continue
-                    else:
-                        linked.append(tname)
-                    src.append(p)
-                    dst.append(k)
-                    edge_tensors.append(tname)
+                data_pos.append(pos)
         out_bytes: float = 0
         out_n = 0
         for o in outs:
             out_bytes += o.nbytes
             out_n += o.elems
         mac = data_bytes + weight_bytes + out_bytes
-
-        op_cols[k] = _OP_COL.get(op, _OTHER_COL)
+        in_elems = in_ch = out_ch = 0.0
         first_in = first_data if first_data is not None else (ins[0] if ins and ins[0] else None)
         if first_in is not None:
-            in_elems[k] = float(first_in.elems)
+            in_elems = float(first_in.elems)
             shape = first_in.shape  # its channel slot (ops.channel_dim)
             r = len(shape)
-            in_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
-                             shape[0] if r == 1 else 1)
-        out_elems[k] = float(out_n)
-        num_in[k] = float(n_data)
-        num_out[k] = float(len(outs))
+            in_ch = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                          shape[0] if r == 1 else 1)
         if outs:
             shape = outs[0].shape
             r = len(shape)
-            out_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
-                              shape[0] if r == 1 else 1)
+            out_ch = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                           shape[0] if r == 1 else 1)
+        cols = (float(_OP_COL.get(op, _OTHER_COL)), in_elems, float(out_n), float(len(data_pos)),
+                float(len(outs)), in_ch, out_ch, float(flops), float(mac), float(weight_bytes),
+                float(params_n), flops / mac if mac else 0.0)
         hparams = cost.hparams
-        if hparams:
-            keys = tuple(hparams)
-            group = hp_groups.get(keys)
+        return _NodeFeatures(
+            cols, tuple(hparams) if hparams else None,
+            tuple(hparams.values()) if hparams else None, compute, float(flops),
+            None if ruled else f"{op} (unreadable inputs)" if is_known(op) else op,
+            tuple(weight_pos), tuple(data_pos), note)
+
+    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
+    n_nodes = len(kept)
+    # A node's features are a function of its op, attributes, the types of
+    # its inputs and outputs and which inputs are constant: real models
+    # repeat a handful of such signatures (blocks, layers, cells), so each
+    # is computed once (node_features) and looked up after; only edges and
+    # weight uses, which depend on the tensors' identities, run per node.
+    # Control flow is never looked up (its cost depends on its subgraphs).
+    memo: dict[tuple[Any, ...], _NodeFeatures] = {}
+    node_cols: list[tuple[float, ...]] = []
+    # the cost rules' hyper-parameters, grouped by their names (a Conv has
+    # 13, always the same): one numpy assignment per group at the end
+    hp_groups: dict[tuple[str, ...], tuple[list[int], list[tuple[float, ...]]]] = {}
+    unknown: list[str] = []
+    src: list[int] = []
+    dst: list[int] = []
+    edge_tensors: list[str] = []
+    weight_uses: dict[str, int] = {}
+    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
+    control_notes: list[str] = []
+    weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
+    shapes_get = shapes.get
+    for k in range(n_nodes):
+        if not k % 4096:
+            deadline.check("node costs")
+        op = ops[k]
+        node_in = node_ins[k]
+        row = rows[k]
+        if op in _CONTROL_FLOW and has_subgraph(row):
+            feat = node_features(k)
+            if feat.note:
+                control_notes.append(feat.note)
+        else:
+            key = (op, akeys[k],
+                   tuple([(shapes_get(t), t in const) if t else None for t in node_in]),
+                   tuple([shapes_get(t) for t in node_outs[k]]))
+            feat = memo.get(key)
+            if feat is None:
+                feat = memo[key] = node_features(k)
+        compute = feat.compute
+        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + feat.flops
+        if feat.unknown is not None:
+            unknown.append(feat.unknown)
+        for pos, elems, nbytes, elem in feat.weight_pos:
+            tname = node_in[pos]
+            root = roots.get(tname, tname)  # aliases of one weight count once
+            uses = weight_uses.get(root)
+            if uses is None:
+                weight_uses[root] = 1
+                weight_sizes[root] = (elems, nbytes, elem)
+            else:
+                weight_uses[root] = uses + 1
+                if weight_sizes[root][1] < nbytes:
+                    weight_sizes[root] = (elems, nbytes, elem)
+        linked: list[str] | None = None  # tensors this node already has an edge for
+        for pos in feat.data_pos:
+            tname = node_in[pos]
+            p = producer.get(tname)
+            if p is not None:
+                if linked is None:
+                    linked = [tname]
+                elif tname in linked:
+                    continue
+                else:
+                    linked.append(tname)
+                src.append(p)
+                dst.append(k)
+                edge_tensors.append(tname)
+        node_cols.append(feat.cols)
+        if feat.hp_keys is not None:
+            group = hp_groups.get(feat.hp_keys)
             if group is None:
-                group = hp_groups[keys] = ([], [])
+                group = hp_groups[feat.hp_keys] = ([], [])
             group[0].append(k)
-            group[1].append(list(hparams.values()))
-        flops_col[k] = float(flops)
-        mac_col[k] = float(mac)
-        weight_col[k] = float(weight_bytes)
-        params_col[k] = float(params_n)
-        ai_col[k] = flops / mac if mac else 0.0
+            group[1].append(feat.hp_vals)
 
     x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
-    x[np.arange(n_nodes), op_cols] = 1.0
-    for col, vals in (("in_elems", in_elems), ("out_elems", out_elems),
-                      ("num_inputs", num_in), ("num_outputs", num_out),
-                      ("in_channels", in_ch), ("out_channels", out_ch),
-                      ("flops", flops_col), ("mac", mac_col), ("weight", weight_col),
-                      ("params", params_col), ("ai", ai_col)):
-        x[:, _NODE_IDX[col]] = vals
+    cols = np.array(node_cols, dtype=np.float64).reshape(n_nodes, len(_FEATURE_COLS))
+    x[np.arange(n_nodes), cols[:, 0].astype(np.int64)] = 1.0
+    x[:, [_NODE_IDX[c] for c in _FEATURE_COLS[1:]]] = cols[:, 1:]
     for keys, (hp_rows, hp_vals) in hp_groups.items():
         # the rules' hyper-parameters override the generic columns set above
         picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
@@ -641,9 +686,14 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
 
     edge_shapes = [shapes[t][1] for t in edge_tensors]
     edge_rows: dict[str, list[float]] = {}  # a tensor read by several nodes: one row
+    by_type: dict[TypedShape, list[float]] = {}  # and tensors of one type: one row
     for t in edge_tensors:
         if t not in edge_rows:
-            edge_rows[t] = _edge_row(tinfo[t])
+            typed = shapes[t]
+            er = by_type.get(typed)
+            if er is None:
+                er = by_type[typed] = _edge_row(typed[1], itemsize[typed[0]], counted[t])
+            edge_rows[t] = er
     edge_attr = np.array([edge_rows[t] for t in edge_tensors],
                          dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
@@ -812,16 +862,15 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
         return None
 
 
-def _edge_row(ti: TensorInfo) -> list[float]:
-    """Edge features of a tensor (shape slots per the layout's docstring).
+def _edge_row(shape: Shape, itemsize: float, elems: int) -> list[float]:
+    """Edge features of a tensor of this shape, element size and element
+    count (shape slots per the layout's docstring).
 
     Products are exact integers converted once to float: every edge tensor
     has at most MAX_ELEMS (2^40) elements, so this equals a float64 product.
     """
-    shape = ti.shape
-    itemsize = ti.itemsize
     r = len(shape)
-    size = float(ti.elems)
+    size = float(elems)
     slots: tuple[int, ...]
     if r == 0:
         slots = (1, 1, 1, 1)

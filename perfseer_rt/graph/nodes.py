@@ -115,3 +115,12 @@ def has_subgraph(row: Row) -> bool:
 def attribute_names(row: Row) -> list[str]:
     """Every attribute name of the node (for the UTF-8 check)."""
     return [*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER])]
+
+
+def attribute_keys(table: list[Row]) -> list[str | None]:
+    """A hashable key of each node's ``attrs`` (None: no attributes), equal
+    for two nodes exactly when their attributes are: ``repr`` of the dict,
+    which tells 1 from 1.0 and 0.0 from -0.0 and keeps the attributes'
+    order. Rules that read only the attributes (and the inputs' types) are
+    computed once per distinct key."""
+    return [repr(r[5]) if r[5] else None for r in table]

@@ -30,7 +30,7 @@ import onnx
 from onnx import numpy_helper
 
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_SHAPE_LEN, Deadline
-from perfseer_rt.graph.nodes import Attrs, Row
+from perfseer_rt.graph.nodes import Attrs, Row, attribute_keys
 
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]
@@ -840,8 +840,9 @@ class Propagation:
 
     def __init__(self, table: list[Row], folded: set[int], typed: dict[str, TypedShape],
                  constants: dict[str, onnx.TensorProto], late: set[str],
-                 model: onnx.ModelProto, opset: int):
+                 model: onnx.ModelProto, opset: int, akeys: list[str | None] | None = None):
         self.table = table
+        self.akeys = attribute_keys(table) if akeys is None else akeys
         self.folded = folded
         self.shapes = typed
         self.constants = constants
@@ -859,6 +860,10 @@ class Propagation:
         producer = self.producer
         value = self.value
         rules = _rules_at(self.opset)
+        akeys = self.akeys
+        # A rule that reads no values gives the same result for the same op,
+        # attributes and input types: computed once per such signature.
+        memo: dict[tuple[Any, ...], Sequence[TypedShape | None]] = {}
         for k, row in enumerate(self.table):
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
@@ -876,17 +881,24 @@ class Propagation:
             if entry is None:
                 entry = rules[op] = _rule_at(op, self.opset)
             rule, since = entry
+            key = None
             if rule is not None:
-                if tensors:
-                    attrs = {**attrs, **tensors}
-                try:
-                    result = rule(in_types, _getter(value, ins) if op in _READS_VALUES
-                                  else _no_values, attrs, len(outs), since)
-                except GiveUp:
-                    raise
-                except (IndexError, KeyError, TypeError, ValueError, AttributeError,
-                        ZeroDivisionError, OverflowError):
-                    result = None  # a malformed node (e.g. no inputs): onnx decides
+                if not tensors and op not in _READS_VALUES:
+                    key = (op, akeys[k], tuple(in_types), len(outs))
+                    result = memo.get(key)
+                if result is None:
+                    if tensors:
+                        attrs = {**attrs, **tensors}
+                    try:
+                        result = rule(in_types, _getter(value, ins) if op in _READS_VALUES
+                                      else _no_values, attrs, len(outs), since)
+                    except GiveUp:
+                        raise
+                    except (IndexError, KeyError, TypeError, ValueError, AttributeError,
+                            ZeroDivisionError, OverflowError):
+                        result = None  # a malformed node (e.g. no inputs): onnx decides
+                    if key is not None and result is not None:
+                        memo[key] = result
             if result is None:
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
