@@ -256,7 +256,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     external = onnx.TensorProto.EXTERNAL
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
         data_type = t.data_type
-        dims = tuple(t.dims)
+        dims = tuple(t.dims[:])
         size = dtypes.itemsize(data_type, f"{name}: initializer {t.name!r}")
         elems = 1
         for d in dims:

@@ -1091,7 +1091,7 @@ def _constant(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) ->
         return None
     (name, v), = attrs.items()
     if name == "value" and isinstance(v, onnx.TensorProto):
-        return [(v.data_type, tuple(v.dims))]
+        return [(v.data_type, tuple(v.dims[:]))]
     if name == "value_int" and type(v) is int:
         return [(INT64, ())]
     if name == "value_ints" and type(v) is list:
