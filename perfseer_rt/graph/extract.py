@@ -55,7 +55,14 @@ from perfseer_rt.graph.ops import (
     node_cost,
 )
 from perfseer_rt.graph.perfgraph import PerfGraph
-from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
+from perfseer_rt.graph.propagate import (
+    GiveUp,
+    Propagation,
+    TypedShape,
+    clear_rule_cache,
+    long_1d,
+    value_sources,
+)
 from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
 from perfseer_rt.graph.structure import structure_globals
 
@@ -85,13 +92,31 @@ class _NodeFeatures(NamedTuple):
 
     cols: tuple[float, ...]  # values of _FEATURE_COLS
     hp_keys: tuple[str, ...] | None  # the cost rule's hyper-parameter names
-    hp_vals: tuple[float, ...] | None  # and values
+    hp_vals: tuple[float, ...]  # and values (empty without)
     compute: int  # compute element type
     flops: float
     unknown: str | None  # the entry in PerfGraph.unknown_ops, if any
     weight_pos: tuple[tuple[int, int, float, int], ...]  # (position, elems, bytes, elem type)
     data_pos: tuple[int, ...]  # positions of data inputs
     note: str | None  # a control-flow warning
+
+
+#: Most node signatures whose features are kept between calls (the cache is
+#: emptied when it is full): NAS-Bench-201-like batches of small models
+#: repeat the same few dozen signatures across thousands of graphs.
+SIGNATURE_CACHE_SIZE = 16384
+#: node signature -> its features (a pure function of the signature; filled
+#: by every extraction, see _extract_shaped).
+_FEATURES: dict[tuple[Any, ...], _NodeFeatures] = {}
+
+
+def clear_caches() -> None:
+    """Empty the caches of results computed per node signature (features
+    here, shape rules in :mod:`perfseer_rt.graph.propagate`), as in a fresh
+    process. They change speed only, never a result; benchmarks clear them
+    to time an extraction from cold."""
+    _FEATURES.clear()
+    clear_rule_cache()
 
 
 def extract(model: ModelSource, batch: int | None = None,
@@ -587,7 +612,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         hparams = cost.hparams
         return _NodeFeatures(
             cols, tuple(hparams) if hparams else None,
-            tuple(hparams.values()) if hparams else None, compute, float(flops),
+            tuple(hparams.values()) if hparams else (), compute, float(flops),
             None if ruled else f"{op} (unreadable inputs)" if is_known(op) else op,
             tuple(weight_pos), tuple(data_pos), note)
 
@@ -595,11 +620,12 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     n_nodes = len(kept)
     # A node's features are a function of its op, attributes, the types of
     # its inputs and outputs and which inputs are constant: real models
-    # repeat a handful of such signatures (blocks, layers, cells), so each
-    # is computed once (node_features) and looked up after; only edges and
+    # repeat a handful of such signatures (blocks, layers, cells), and so do
+    # batches of related models, so each is computed once (node_features)
+    # and looked up after, in this call and later ones; only edges and
     # weight uses, which depend on the tensors' identities, run per node.
     # Control flow is never looked up (its cost depends on its subgraphs).
-    memo: dict[tuple[Any, ...], _NodeFeatures] = {}
+    memo = _FEATURES
     node_cols: list[tuple[float, ...]] = []
     # the cost rules' hyper-parameters, grouped by their names (a Conv has
     # 13, always the same): one numpy assignment per group at the end
@@ -627,9 +653,14 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             key = (op, akeys[k],
                    tuple([(shapes_get(t), t in const) if t else None for t in node_in]),
                    tuple([shapes_get(t) for t in node_outs[k]]))
-            feat = memo.get(key)
-            if feat is None:
-                feat = memo[key] = node_features(k)
+            cached = memo.get(key)
+            if cached is None:
+                feat = node_features(k)
+                if len(memo) >= SIGNATURE_CACHE_SIZE:
+                    memo.clear()
+                memo[key] = feat
+            else:
+                feat = cached
         compute = feat.compute
         flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + feat.flops
         if feat.unknown is not None:
@@ -692,7 +723,10 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             typed = shapes[t]
             er = by_type.get(typed)
             if er is None:
-                er = by_type[typed] = _edge_row(typed[1], itemsize[typed[0]], counted[t])
+                size = itemsize.get(typed[0])
+                if size is None:  # only cached nodes read it: a known type
+                    size = itemsize[typed[0]] = dtypes.itemsize(typed[0], f"tensor {t!r}")
+                er = by_type[typed] = _edge_row(typed[1], size, counted[t])
             edge_rows[t] = er
     edge_attr = np.array([edge_rows[t] for t in edge_tensors],
                          dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))

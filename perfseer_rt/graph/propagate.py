@@ -822,6 +822,18 @@ def _schema(op: str, version: int) -> Any:
     return _SCHEMAS[key]
 
 
+#: Most rule results kept between passes (emptied when full).
+RULE_CACHE_SIZE = 16384
+#: (op, attribute key, input types, number of outputs, opset) -> output
+#: types, for rules that read no values (:meth:`Propagation.run`).
+_RULE_RESULTS: dict[tuple[Any, ...], Sequence["TypedShape | None"]] = {}
+
+
+def clear_rule_cache() -> None:
+    """Empty the rule results kept between passes (they change speed only)."""
+    _RULE_RESULTS.clear()
+
+
 class Propagation:
     """One pass over a model's nodes (see the module docstring).
 
@@ -861,9 +873,11 @@ class Propagation:
         value = self.value
         rules = _rules_at(self.opset)
         akeys = self.akeys
+        opset = self.opset
         # A rule that reads no values gives the same result for the same op,
-        # attributes and input types: computed once per such signature.
-        memo: dict[tuple[Any, ...], Sequence[TypedShape | None]] = {}
+        # attributes, input types and opset: computed once per such
+        # signature, in this pass and later ones.
+        memo = _RULE_RESULTS
         for k, row in enumerate(self.table):
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
@@ -884,7 +898,7 @@ class Propagation:
             key = None
             if rule is not None:
                 if not tensors and op not in _READS_VALUES:
-                    key = (op, akeys[k], tuple(in_types), len(outs))
+                    key = (op, akeys[k], tuple(in_types), len(outs), opset)
                     result = memo.get(key)
                 if result is None:
                     if tensors:
@@ -898,6 +912,8 @@ class Propagation:
                             ZeroDivisionError, OverflowError):
                         result = None  # a malformed node (e.g. no inputs): onnx decides
                     if key is not None and result is not None:
+                        if len(memo) >= RULE_CACHE_SIZE:
+                            memo.clear()
                         memo[key] = result
             if result is None:
                 result = self._onnx_node(k, op, ins, in_types)
