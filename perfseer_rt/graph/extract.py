@@ -504,11 +504,15 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
             "or named dims with --dim")
     counted: dict[str, int] = {}  # element counts, for the TensorInfos below
+    by_shape: dict[Shape, int] = {}  # most tensors share a few shapes
     for t in ordered:
-        elem, shape = shapes[t]
-        elems = 1
-        for d in shape:
-            elems *= d
+        shape = shapes[t][1]
+        elems = by_shape.get(shape, -1)
+        if elems < 0:
+            elems = 1
+            for d in shape:
+                elems *= d
+            by_shape[shape] = elems
         counted[t] = elems
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: tensor {t!r} would have shape {list(shape)} "
