@@ -7,6 +7,11 @@ on a weight-free skeleton -> fold constants and shape subgraphs -> per-node
 costs (:mod:`perfseer_rt.graph.ops`) -> node, edge and global feature
 arrays in the layout of :mod:`perfseer_rt.graph.layout`.
 
+Speed: a node's features depend only on its signature (op, attributes,
+input and output types, which inputs are constant), and so do most shape
+rules; both are computed once per signature and kept, bounded, between
+calls (:func:`clear_caches` empties them; they never change a result).
+
 Failure contract: :func:`extract` raises only
 :class:`~perfseer_rt.errors.PerfSeerError` subclasses, within its node cap and
 CPU-time limit, and writes no file.
@@ -33,6 +38,7 @@ from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_L
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
     ATTRS,
+    CACHED_KEY_CHARS,
     DOMAIN,
     INS,
     NAME,
@@ -654,15 +660,17 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             if feat.note:
                 control_notes.append(feat.note)
         else:
-            key = (op, akeys[k],
+            akey = akeys[k]
+            key = (op, akey,
                    tuple([(shapes_get(t), t in const) if t else None for t in node_in]),
                    tuple([shapes_get(t) for t in node_outs[k]]))
             cached = memo.get(key)
             if cached is None:
                 feat = node_features(k)
-                if len(memo) >= SIGNATURE_CACHE_SIZE:
-                    memo.clear()
-                memo[key] = feat
+                if akey is None or len(akey) <= CACHED_KEY_CHARS:
+                    if len(memo) >= SIGNATURE_CACHE_SIZE:
+                        memo.clear()
+                    memo[key] = feat
             else:
                 feat = cached
         compute = feat.compute

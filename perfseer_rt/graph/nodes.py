@@ -124,5 +124,10 @@ def attribute_keys(table: list[Row]) -> list[str | None]:
     for two nodes exactly when their attributes are: ``repr`` of the dict,
     which tells 1 from 1.0 and 0.0 from -0.0 and keeps the attributes'
     order. Rules that read only the attributes (and the inputs' types) are
-    computed once per distinct key."""
+    computed once per distinct key; caches kept between calls skip keys
+    longer than :data:`CACHED_KEY_CHARS` (a huge string or list attribute)."""
     return [repr(r[5]) if r[5] else None for r in table]
+
+
+#: Longest attribute key whose results are kept between calls.
+CACHED_KEY_CHARS = 2048

@@ -30,7 +30,7 @@ import onnx
 from onnx import numpy_helper
 
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_SHAPE_LEN, Deadline
-from perfseer_rt.graph.nodes import Attrs, Row, attribute_keys
+from perfseer_rt.graph.nodes import CACHED_KEY_CHARS, Attrs, Row, attribute_keys
 
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]
@@ -897,8 +897,10 @@ class Propagation:
             rule, since = entry
             key = None
             if rule is not None:
-                if not tensors and op not in _READS_VALUES:
-                    key = (op, akeys[k], tuple(in_types), len(outs), opset)
+                akey = akeys[k]
+                if not tensors and op not in _READS_VALUES and (
+                        akey is None or len(akey) <= CACHED_KEY_CHARS):
+                    key = (op, akey, tuple(in_types), len(outs), opset)
                     result = memo.get(key)
                 if result is None:
                     if tensors:
