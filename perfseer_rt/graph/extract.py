@@ -92,6 +92,10 @@ _FEATURE_COLS = ("op", "in_elems", "out_elems", "num_inputs", "num_outputs", "in
                  "out_channels", "flops", "mac", "weight", "params", "ai")
 
 
+#: Node columns of _FEATURE_COLS[1:].
+_GENERIC_COLS = np.array([_NODE_IDX[c] for c in _FEATURE_COLS[1:]], dtype=np.intp)
+
+
 class _NodeFeatures(NamedTuple):
     """What one node contributes to the PerfGraph that depends only on its
     signature (op, attributes, input and output types, constant inputs)."""
@@ -636,10 +640,14 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     # weight uses, which depend on the tensors' identities, run per node.
     # Control flow is never looked up (its cost depends on its subgraphs).
     memo = _FEATURES
-    node_cols: list[tuple[float, ...]] = []
+    # the node columns go to numpy as the graph's distinct features (uniq)
+    # and one index per node: converting Python floats is the slow part
+    uniq: list[_NodeFeatures] = []
+    uniq_at: dict[int, int] = {}  # id(features) -> position in uniq (uniq keeps them alive)
+    node_feat: list[int] = []
     # the cost rules' hyper-parameters, grouped by their names (a Conv has
     # 13, always the same): one numpy assignment per group at the end
-    hp_groups: dict[tuple[str, ...], tuple[list[int], list[tuple[float, ...]]]] = {}
+    hp_groups: dict[tuple[str, ...], tuple[list[int], list[int]]] = {}  # -> (nodes, uniq positions)
     unknown: list[str] = []
     src: list[int] = []
     dst: list[int] = []
@@ -702,24 +710,32 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
                 src.append(p)
                 dst.append(k)
                 edge_tensors.append(tname)
-        node_cols.append(feat.cols)
+        fi = uniq_at.get(id(feat))
+        if fi is None:
+            fi = uniq_at[id(feat)] = len(uniq)
+            uniq.append(feat)
+        node_feat.append(fi)
         if feat.hp_keys is not None:
             group = hp_groups.get(feat.hp_keys)
             if group is None:
                 group = hp_groups[feat.hp_keys] = ([], [])
             group[0].append(k)
-            group[1].append(feat.hp_vals)
+            group[1].append(fi)
 
     x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
-    cols = np.array(node_cols, dtype=np.float64).reshape(n_nodes, len(_FEATURE_COLS))
+    cols = np.array([f.cols for f in uniq], dtype=np.float64).reshape(
+        len(uniq), len(_FEATURE_COLS))[np.array(node_feat, dtype=np.intp)]
     x[np.arange(n_nodes), cols[:, 0].astype(np.int64)] = 1.0
-    x[:, [_NODE_IDX[c] for c in _FEATURE_COLS[1:]]] = cols[:, 1:]
-    for keys, (hp_rows, hp_vals) in hp_groups.items():
+    x[:, _GENERIC_COLS] = cols[:, 1:]
+    for keys, (hp_rows, hp_feats) in hp_groups.items():
         # the rules' hyper-parameters override the generic columns set above
-        picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
-        if picked:
-            table = np.array(hp_vals, dtype=np.float64)  # float(v) of each, as numpy converts
-            x[np.ix_(hp_rows, [j for _, j in picked])] = table[:, [i for i, _ in picked]]
+        picked = _hp_columns(keys)
+        if picked is not None:
+            fis = np.array(hp_feats, dtype=np.intp)
+            distinct = np.unique(fis)
+            table = np.array([uniq[i].hp_vals for i in distinct.tolist()],  # float(v) of each,
+                             dtype=np.float64)[np.searchsorted(distinct, fis)]  # as numpy converts
+            x[np.array(hp_rows)[:, None], picked[1]] = table[:, picked[0]]
 
     for col, src_col in (("flops_ratio", "flops"), ("mac_ratio", "mac"),
                          ("weight_ratio", "weight")):
@@ -728,20 +744,26 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         x[:, _NODE_IDX[col]] = arr / total if total else 0.0
 
     edge_shapes = [shapes[t][1] for t in edge_tensors]
-    edge_rows: dict[str, list[float]] = {}  # a tensor read by several nodes: one row
-    by_type: dict[TypedShape, list[float]] = {}  # and tensors of one type: one row
+    # one row per distinct tensor type, indexed per edge (as the node columns)
+    edge_rows: dict[str, int] = {}  # tensor -> its row
+    by_type: dict[TypedShape, int] = {}
+    rows_e: list[list[float]] = []
+    edge_row_of: list[int] = []
     for t in edge_tensors:
-        if t not in edge_rows:
+        er = edge_rows.get(t)
+        if er is None:
             typed = shapes[t]
             er = by_type.get(typed)
             if er is None:
                 size = itemsize.get(typed[0])
                 if size is None:  # only cached nodes read it: a known type
                     size = itemsize[typed[0]] = dtypes.itemsize(typed[0], f"tensor {t!r}")
-                er = by_type[typed] = _edge_row(typed[1], size, counted[t])
+                er = by_type[typed] = len(rows_e)
+                rows_e.append(_edge_row(typed[1], size, counted[t]))
             edge_rows[t] = er
-    edge_attr = np.array([edge_rows[t] for t in edge_tensors],
-                         dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))
+        edge_row_of.append(er)
+    edge_attr = np.array(rows_e, dtype=np.float64).reshape(
+        len(rows_e), len(layout.EDGE_COLUMNS))[np.array(edge_row_of, dtype=np.intp)]
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
 
     data_inputs = [s for n, s in inputs.items() if n not in weights]
@@ -1013,6 +1035,22 @@ def _median(col: np.ndarray) -> float:
     return float(np.mean(np.partition(col, [k - 1, k])[k - 1:k + 1]))
 
 
+_HP_COLUMNS: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray] | None] = {}
+
+
+def _hp_columns(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(positions in ``keys``, node columns) of the hyper-parameters that
+    are layout columns (None: none is); per cost rule's names, cached."""
+    if keys in _HP_COLUMNS:
+        return _HP_COLUMNS[keys]
+    picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
+    found = (np.array([i for i, _ in picked], dtype=np.intp),
+             np.array([j for _, j in picked], dtype=np.intp)) if picked else None
+    if len(_HP_COLUMNS) < SIGNATURE_CACHE_SIZE:
+        _HP_COLUMNS[keys] = found
+    return found
+
+
 def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch_size: int,
              params_unique: float, bytes_unique: float) -> np.ndarray:
     """Global features u in the order of ``layout.GLOBAL_COLUMNS`` (the
@@ -1028,8 +1066,8 @@ def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch
             "density": e / (n * (n - 1)) if n > 1 else 0.0, "batch_size": batch_size}
     for name in ("flops", "mac", "weight"):
         col = x[:, _NODE_IDX[name]]
-        vals[f"{name}_total"] = col.sum()
-        vals[f"{name}_mean"] = col.mean()
+        total = vals[f"{name}_total"] = col.sum()
+        vals[f"{name}_mean"] = total / n  # what col.mean() computes, without its wrapper
         vals[f"{name}_median"] = _median(col)
         vals[f"{name}_max"] = col.max()
     vals["weight_total"] = bytes_unique
