@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -45,9 +45,9 @@ from perfseer_rt.graph.nodes import (
     OP,
     OTHER,
     OUTS,
+    TENSORS,
     Row,
     attribute_keys,
-    attribute_names,
     has_subgraph,
     node_table,
 )
@@ -328,7 +328,9 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
             join(map(itemgetter(col), table))
         for col in (INS, OUTS):
             join(chain.from_iterable(map(itemgetter(col), table)))
-        join(chain.from_iterable(attribute_names(r) for r in table if r[5] or r[6] or r[7]))
+        for col in (ATTRS, TENSORS):  # attribute names: the keys of these dicts
+            join(chain.from_iterable(map(itemgetter(col), table)))
+        join(map(attrgetter("name"), chain.from_iterable(map(itemgetter(OTHER), table))))
         for vis in (g.input, g.output, g.value_info, g.initializer):
             join([v.name for v in vis])
         join([t.values.name for t in g.sparse_initializer])

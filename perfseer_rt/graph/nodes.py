@@ -114,11 +114,6 @@ def has_subgraph(row: Row) -> bool:
     return bool(row[OTHER]) and any(a.type in _SUBGRAPH for a in row[OTHER])
 
 
-def attribute_names(row: Row) -> list[str]:
-    """Every attribute name of the node (for the UTF-8 check)."""
-    return [*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER])]
-
-
 def attribute_keys(table: list[Row]) -> list[str | None]:
     """A hashable key of each node's ``attrs`` (None: no attributes), equal
     for two nodes exactly when their attributes are: ``repr`` of the dict,
