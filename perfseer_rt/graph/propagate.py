@@ -896,12 +896,18 @@ class Propagation:
                 entry = rules[op] = _rule_at(op, self.opset)
             rule, since = entry
             key = None
+            checked = False  # the result's dims are known to be in range
             if rule is not None:
                 akey = akeys[k]
                 if not tensors and op not in _READS_VALUES and (
                         akey is None or len(akey) <= CACHED_KEY_CHARS):
                     key = (op, akey, tuple(in_types), len(outs), opset)
                     result = memo.get(key)
+                    checked = result is not None  # only checked results are kept
+                elif op == "Constant" and not attrs and len(tensors) == 1 and len(outs) == 1 \
+                        and "value" in tensors:  # _constant's common case, inlined
+                    tp = tensors["value"]
+                    result = [(tp.data_type, tuple(tp.dims[:]))]
                 if result is None:
                     if tensors:
                         attrs = {**attrs, **tensors}
@@ -913,19 +919,21 @@ class Propagation:
                     except (IndexError, KeyError, TypeError, ValueError, AttributeError,
                             ZeroDivisionError, OverflowError):
                         result = None  # a malformed node (e.g. no inputs): onnx decides
-                    if key is not None and result is not None:
-                        if len(memo) >= RULE_CACHE_SIZE:
-                            memo.clear()
-                        memo[key] = result
             if result is None:
+                key = None
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
                 if o and typed is not None:
-                    shape = typed[1]
-                    if shape and rule not in _KEEP_DIMS and (
-                            min(shape) < 0 or max(shape) >= _MAX_DIM):
-                        raise GiveUp("dim out of range")
+                    if not checked:
+                        shape = typed[1]
+                        if shape and rule not in _KEEP_DIMS and (
+                                min(shape) < 0 or max(shape) >= _MAX_DIM):
+                            raise GiveUp("dim out of range")
                     shapes[o] = typed
+            if key is not None and not checked:
+                if len(memo) >= RULE_CACHE_SIZE:
+                    memo.clear()
+                memo[key] = result
             if k in kept_set:
                 for t in ins:
                     if t and t not in shapes:
@@ -1031,10 +1039,18 @@ class Propagation:
                 if (attrs or tensors) and not _known_attrs(op, self.opset).issuperset(
                         (*attrs, *tensors)):
                     return  # onnx's reference evaluator refuses some ops so
-                args = [self.values.get(i) if i else None for i in ins]
-                if fn is None or not ins or any(i and a is None for i, a in zip(ins, args)) or any(
-                        a is not None and a.size > MAX_CONST_ELEMS for a in args):
+                if fn is None or not ins:
                     return
+                values = self.values
+                args: list[np.ndarray | None] = []
+                for i in ins:  # every present input has a value of at most MAX_CONST_ELEMS
+                    if not i:
+                        args.append(None)
+                        continue
+                    a = values.get(i)
+                    if a is None or a.size > MAX_CONST_ELEMS:
+                        return
+                    args.append(a)
                 if tensors:
                     attrs = {**attrs, **tensors}
                 val = fn(args, attrs, out)
