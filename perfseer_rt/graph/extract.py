@@ -292,7 +292,9 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
         data_type = t.data_type
         dims = tuple(t.dims[:])
-        size = dtypes.itemsize(data_type, f"{name}: initializer {t.name!r}")
+        known = dtypes.DTYPES.get(data_type)  # the message is built only for an error
+        size = known[1] if known is not None else dtypes.itemsize(
+            data_type, f"{name}: initializer {t.name!r}")
         elems = 1
         for d in dims:
             if d < 0:
