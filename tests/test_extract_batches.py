@@ -135,3 +135,31 @@ def test_bert_needs_no_rounds(monkeypatch):
     monkeypatch.setattr(shapes_mod, "evaluate_constants", no_rounds)
     g = extract(ROOT / "tests" / "models" / "bert_small.onnx", dims={"seq": 32})
     assert g.globals["flops_total"] > 0
+
+
+def test_signature_caches_change_no_result():
+    """Features and shape-rule results are kept per node signature between
+    calls; a model extracted after others (warm caches) equals the same
+    model extracted from cold."""
+    ex = sys.modules["perfseer_rt.graph.extract"]
+    sources = [(conv_chain(), {}), (ROOT / "examples" / "resnet18.onnx", {"batch": 2}),
+               (ROOT / "tests" / "models" / "bert_small.onnx", {"dims": {"seq": 32}}),
+               (conv_chain(), {"batch": 3}), (ROOT / "examples" / "resnet18.onnx", {})]
+    cold = []
+    for source, kw in sources:
+        ex.clear_caches()
+        cold.append(extract(source, **kw))
+    assert ex._FEATURES  # filled by the last call
+    warm = [extract(source, **kw) for source, kw in sources]
+    for a, b in zip(cold, warm):
+        same_graph(a, b)
+
+
+def test_signature_cache_is_bounded(monkeypatch):
+    ex = sys.modules["perfseer_rt.graph.extract"]
+    monkeypatch.setattr(ex, "SIGNATURE_CACHE_SIZE", 4)
+    ex.clear_caches()
+    g = extract(ROOT / "examples" / "resnet18.onnx")
+    assert 0 < len(ex._FEATURES) <= 4
+    ex.clear_caches()
+    same_graph(g, extract(ROOT / "examples" / "resnet18.onnx"))

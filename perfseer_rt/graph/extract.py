@@ -7,6 +7,11 @@ on a weight-free skeleton -> fold constants and shape subgraphs -> per-node
 costs (:mod:`perfseer_rt.graph.ops`) -> node, edge and global feature
 arrays in the layout of :mod:`perfseer_rt.graph.layout`.
 
+Speed: a node's features depend only on its signature (op, attributes,
+input and output types, which inputs are constant), and so do most shape
+rules; both are computed once per signature and kept, bounded, between
+calls (:func:`clear_caches` empties them; they never change a result).
+
 Failure contract: :func:`extract` raises only
 :class:`~perfseer_rt.errors.PerfSeerError` subclasses, within its node cap and
 CPU-time limit, and writes no file.
@@ -19,8 +24,8 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from itertools import chain
-from operator import itemgetter
-from typing import Any, TypeVar
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import onnx
@@ -33,14 +38,16 @@ from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_L
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
     ATTRS,
+    CACHED_KEY_CHARS,
     DOMAIN,
     INS,
     NAME,
     OP,
     OTHER,
     OUTS,
+    TENSORS,
     Row,
-    attribute_names,
+    attribute_keys,
     has_subgraph,
     node_table,
 )
@@ -54,7 +61,14 @@ from perfseer_rt.graph.ops import (
     node_cost,
 )
 from perfseer_rt.graph.perfgraph import PerfGraph
-from perfseer_rt.graph.propagate import GiveUp, Propagation, TypedShape, long_1d, value_sources
+from perfseer_rt.graph.propagate import (
+    GiveUp,
+    Propagation,
+    TypedShape,
+    clear_rule_cache,
+    long_1d,
+    value_sources,
+)
 from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
 from perfseer_rt.graph.structure import structure_globals
 
@@ -70,6 +84,49 @@ _SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 #: A shared weight tensor at least this many elements earns a warning
 #: (exporters share small scalar constants between layers all the time).
 SHARED_WARN_ELEMS = 1024
+
+
+#: The generic node columns, in the order of ``_NodeFeatures.cols`` (the
+#: first is the index of the op's one-hot column).
+_FEATURE_COLS = ("op", "in_elems", "out_elems", "num_inputs", "num_outputs", "in_channels",
+                 "out_channels", "flops", "mac", "weight", "params", "ai")
+
+
+#: Node columns of _FEATURE_COLS[1:].
+_GENERIC_COLS = np.array([_NODE_IDX[c] for c in _FEATURE_COLS[1:]], dtype=np.intp)
+
+
+class _NodeFeatures(NamedTuple):
+    """What one node contributes to the PerfGraph that depends only on its
+    signature (op, attributes, input and output types, constant inputs)."""
+
+    cols: tuple[float, ...]  # values of _FEATURE_COLS
+    hp_keys: tuple[str, ...] | None  # the cost rule's hyper-parameter names
+    hp_vals: tuple[float, ...]  # and values (empty without)
+    compute: int  # compute element type
+    flops: float
+    unknown: str | None  # the entry in PerfGraph.unknown_ops, if any
+    weight_pos: tuple[tuple[int, int, float, int], ...]  # (position, elems, bytes, elem type)
+    data_pos: tuple[int, ...]  # positions of data inputs
+    note: str | None  # a control-flow warning
+
+
+#: Most node signatures whose features are kept between calls (the cache is
+#: emptied when it is full): NAS-Bench-201-like batches of small models
+#: repeat the same few dozen signatures across thousands of graphs.
+SIGNATURE_CACHE_SIZE = 16384
+#: node signature -> its features (a pure function of the signature; filled
+#: by every extraction, see _extract_shaped).
+_FEATURES: dict[tuple[Any, ...], _NodeFeatures] = {}
+
+
+def clear_caches() -> None:
+    """Empty the caches of results computed per node signature (features
+    here, shape rules in :mod:`perfseer_rt.graph.propagate`), as in a fresh
+    process. They change speed only, never a result; benchmarks clear them
+    to time an extraction from cold."""
+    _FEATURES.clear()
+    clear_rule_cache()
 
 
 def extract(model: ModelSource, batch: int | None = None,
@@ -198,9 +255,11 @@ InitInfo = tuple[str, int, tuple[int, ...], int, bool]
 
 
 def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
-              table: list[Row] | None = None) -> list[InitInfo]:
+              table: list[Row] | None = None, akeys: list[str | None] | None = None
+              ) -> list[InitInfo]:
     """Node cap, element types and initializer dims, before any arithmetic;
-    returns what it read of the initializers."""
+    returns what it read of the initializers. ``akeys``: the table's
+    :func:`~perfseer_rt.graph.nodes.attribute_keys`, when the caller has them."""
     g = proto.graph
     table = node_table(g) if table is None else table
     n = count_nodes(g, max_nodes, table)
@@ -208,12 +267,16 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
-    for row in table:
-        if row[0] in SPATIAL_OPS:
+    if akeys is None:
+        akeys = attribute_keys(table)
+    checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
+    for row, akey in zip(table, akeys):
+        if row[0] in SPATIAL_OPS and akey not in checked:
             try:
                 check_spatial_attrs(row[ATTRS])
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
+            checked.add(akey)
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
@@ -228,8 +291,10 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     external = onnx.TensorProto.EXTERNAL
     for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
         data_type = t.data_type
-        dims = tuple(t.dims)
-        size = dtypes.itemsize(data_type, f"{name}: initializer {t.name!r}")
+        dims = tuple(t.dims[:])
+        known = dtypes.DTYPES.get(data_type)  # the message is built only for an error
+        size = known[1] if known is not None else dtypes.itemsize(
+            data_type, f"{name}: initializer {t.name!r}")
         elems = 1
         for d in dims:
             if d < 0:
@@ -265,7 +330,9 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
             join(map(itemgetter(col), table))
         for col in (INS, OUTS):
             join(chain.from_iterable(map(itemgetter(col), table)))
-        join(chain.from_iterable(attribute_names(r) for r in table if r[5] or r[6] or r[7]))
+        for col in (ATTRS, TENSORS):  # attribute names: the keys of these dicts
+            join(chain.from_iterable(map(itemgetter(col), table)))
+        join(map(attrgetter("name"), chain.from_iterable(map(itemgetter(OTHER), table))))
         for vis in (g.input, g.output, g.value_info, g.initializer):
             join([v.name for v in vis])
         join([t.values.name for t in g.sparse_initializer])
@@ -310,7 +377,8 @@ class _Structure:
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
         self.table = node_table(proto.graph)
-        inits_read = _validate(proto, name, max_nodes, self.table)
+        self.akeys = attribute_keys(self.table)
+        inits_read = _validate(proto, name, max_nodes, self.table, self.akeys)
         self.proto = proto
         self.name = name
         self.max_nodes = max_nodes
@@ -338,7 +406,7 @@ class _Structure:
             return None
         try:
             return Propagation(self.table, self.folded, typed, constants, late, self.proto,
-                               opset).run(self.kept, deadline)
+                               opset, self.akeys).run(self.kept, deadline)
         except GiveUp as exc:
             log.debug("%s: shape propagation gave up (%s)", self.name, exc)
             return None
@@ -410,6 +478,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     deadline.check("folding")
 
     rows = [st.table[i] for i in kept]
+    akeys = [st.akeys[i] for i in kept]
     ops = [r[0] for r in rows]
     node_ins = [r[3] for r in rows]
     node_outs = [r[4] for r in rows]
@@ -449,11 +518,15 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
             "or named dims with --dim")
     counted: dict[str, int] = {}  # element counts, for the TensorInfos below
+    by_shape: dict[Shape, int] = {}  # most tensors share a few shapes
     for t in ordered:
-        elem, shape = shapes[t]
-        elems = 1
-        for d in shape:
-            elems *= d
+        shape = shapes[t][1]
+        elems = by_shape.get(shape, -1)
+        if elems < 0:
+            elems = 1
+            for d in shape:
+                elems *= d
+            by_shape[shape] = elems
         counted[t] = elems
         if elems > MAX_ELEMS:
             raise GraphError(f"{name}: tensor {t!r} would have shape {list(shape)} "
@@ -475,36 +548,11 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             ti = tinfo[t] = TensorInfo(t, shape, size, counted.get(t))
         return ti
 
-    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
-    n_nodes = len(kept)
-    # Per-node features are gathered column-wise (one list per column, one
-    # numpy assignment per column at the end); only the op-specific cost
-    # rules run per node.
-    op_cols = [0] * n_nodes
-    in_elems = [0.0] * n_nodes
-    out_elems = [0.0] * n_nodes
-    num_in = [0.0] * n_nodes
-    num_out = [0.0] * n_nodes
-    in_ch = [0.0] * n_nodes
-    out_ch = [0.0] * n_nodes
-    flops_col = [0.0] * n_nodes
-    mac_col = [0.0] * n_nodes
-    weight_col = [0.0] * n_nodes
-    params_col = [0.0] * n_nodes
-    ai_col = [0.0] * n_nodes
-    # the cost rules' hyper-parameters, grouped by their names (a Conv has
-    # 13, always the same): one numpy assignment per group at the end
-    hp_groups: dict[tuple[str, ...], tuple[list[int], list[list[float]]]] = {}
-    unknown: list[str] = []
-    src, dst, edge_tensors = [], [], []
-    weight_uses: dict[str, int] = {}
-    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
-    control_notes: list[str] = []
-    weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
     compute_types = _COMPUTE_TYPES
-    for k in range(n_nodes):
-        if not k % 4096:
-            deadline.check("node costs")
+
+    def node_features(k: int) -> _NodeFeatures:
+        """What node ``k`` contributes that depends only on its op,
+        attributes, input and output types and which inputs are constant."""
         op = ops[k]
         node_in = node_ins[k]
         node_out = node_outs[k]
@@ -515,11 +563,10 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         else:
             ins = [(tinfo.get(t) or info(t)) if t else None for t in node_in]
         outs = [tinfo.get(t) or info(t) for t in node_out if t]
+        note = None
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
                                                    max_nodes, deadline, depth)
-            if note:
-                control_notes.append(note)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -540,98 +587,159 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             if compute is None:
                 compute = first_typed if first_typed is not None else 0
         flops = cost.flops
-        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + float(flops)
-        if not ruled:
-            unknown.append(f"{op} (unreadable inputs)" if is_known(op) else op)
-
         data_bytes: float = 0
         weight_bytes: float = 0
         params_n = 0
         first_data = None
-        n_data = 0
-        linked: list[str] | None = None  # tensors this node already has an edge for
-        for tname, ti in zip(node_in, ins):
+        weight_pos: list[tuple[int, int, float, int]] = []
+        data_pos: list[int] = []
+        for pos, (tname, ti) in enumerate(zip(node_in, ins)):
             if ti is None:
                 continue
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                root = roots.get(tname, tname)  # aliases of one weight count once
-                uses = weight_uses.get(root)
-                if uses is None:
-                    weight_uses[root] = 1
-                    weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
-                else:
-                    weight_uses[root] = uses + 1
-                    if weight_sizes[root][1] < ti.nbytes:
-                        weight_sizes[root] = (ti.elems, ti.nbytes, shapes[tname][0])
+                weight_pos.append((pos, ti.elems, ti.nbytes, shapes[tname][0]))
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:
                     first_data = ti
-                n_data += 1
-                p = producer.get(tname)
-                if p is not None:
-                    if linked is None:
-                        linked = [tname]
-                    elif tname in linked:
-                        continue
-                    else:
-                        linked.append(tname)
-                    src.append(p)
-                    dst.append(k)
-                    edge_tensors.append(tname)
+                data_pos.append(pos)
         out_bytes: float = 0
         out_n = 0
         for o in outs:
             out_bytes += o.nbytes
             out_n += o.elems
         mac = data_bytes + weight_bytes + out_bytes
-
-        op_cols[k] = _OP_COL.get(op, _OTHER_COL)
+        in_elems = in_ch = out_ch = 0.0
         first_in = first_data if first_data is not None else (ins[0] if ins and ins[0] else None)
         if first_in is not None:
-            in_elems[k] = float(first_in.elems)
+            in_elems = float(first_in.elems)
             shape = first_in.shape  # its channel slot (ops.channel_dim)
             r = len(shape)
-            in_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
-                             shape[0] if r == 1 else 1)
-        out_elems[k] = float(out_n)
-        num_in[k] = float(n_data)
-        num_out[k] = float(len(outs))
+            in_ch = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                          shape[0] if r == 1 else 1)
         if outs:
             shape = outs[0].shape
             r = len(shape)
-            out_ch[k] = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
-                              shape[0] if r == 1 else 1)
+            out_ch = float(shape[1] if r > 3 or r == 2 else shape[2] if r == 3 else
+                           shape[0] if r == 1 else 1)
+        cols = (float(_OP_COL.get(op, _OTHER_COL)), in_elems, float(out_n), float(len(data_pos)),
+                float(len(outs)), in_ch, out_ch, float(flops), float(mac), float(weight_bytes),
+                float(params_n), flops / mac if mac else 0.0)
         hparams = cost.hparams
-        if hparams:
-            keys = tuple(hparams)
-            group = hp_groups.get(keys)
+        return _NodeFeatures(
+            cols, tuple(hparams) if hparams else None,
+            tuple(hparams.values()) if hparams else (), compute, float(flops),
+            None if ruled else f"{op} (unreadable inputs)" if is_known(op) else op,
+            tuple(weight_pos), tuple(data_pos), note)
+
+    producer = {o: k for k, outs_ in enumerate(node_outs) for o in outs_ if o}
+    n_nodes = len(kept)
+    # A node's features are a function of its op, attributes, the types of
+    # its inputs and outputs and which inputs are constant: real models
+    # repeat a handful of such signatures (blocks, layers, cells), and so do
+    # batches of related models, so each is computed once (node_features)
+    # and looked up after, in this call and later ones; only edges and
+    # weight uses, which depend on the tensors' identities, run per node.
+    # Control flow is never looked up (its cost depends on its subgraphs).
+    memo = _FEATURES
+    # the node columns go to numpy as the graph's distinct features (uniq)
+    # and one index per node: converting Python floats is the slow part
+    uniq: list[_NodeFeatures] = []
+    uniq_at: dict[int, int] = {}  # id(features) -> position in uniq (uniq keeps them alive)
+    node_feat: list[int] = []
+    # the cost rules' hyper-parameters, grouped by their names (a Conv has
+    # 13, always the same): one numpy assignment per group at the end
+    hp_groups: dict[tuple[str, ...], tuple[list[int], list[int]]] = {}  # -> (nodes, uniq positions)
+    unknown: list[str] = []
+    src: list[int] = []
+    dst: list[int] = []
+    edge_tensors: list[str] = []
+    weight_uses: dict[str, int] = {}
+    flops_by_dtype: dict[int, float] = {}  # by the compute element type of each node
+    control_notes: list[str] = []
+    weight_sizes: dict[str, tuple[int, float, int]] = {}  # name -> (elems, bytes, elem type)
+    shapes_get = shapes.get
+    for k in range(n_nodes):
+        if not k % 4096:
+            deadline.check("node costs")
+        op = ops[k]
+        node_in = node_ins[k]
+        row = rows[k]
+        if op in _CONTROL_FLOW and has_subgraph(row):
+            feat = node_features(k)
+            if feat.note:
+                control_notes.append(feat.note)
+        else:
+            akey = akeys[k]
+            key = (op, akey,
+                   tuple([(shapes_get(t), t in const) if t else None for t in node_in]),
+                   tuple([shapes_get(t) for t in node_outs[k]]))
+            cached = memo.get(key)
+            if cached is None:
+                feat = node_features(k)
+                if akey is None or len(akey) <= CACHED_KEY_CHARS:
+                    if len(memo) >= SIGNATURE_CACHE_SIZE:
+                        memo.clear()
+                    memo[key] = feat
+            else:
+                feat = cached
+        compute = feat.compute
+        flops_by_dtype[compute] = flops_by_dtype.get(compute, 0) + feat.flops
+        if feat.unknown is not None:
+            unknown.append(feat.unknown)
+        for pos, elems, nbytes, elem in feat.weight_pos:
+            tname = node_in[pos]
+            root = roots.get(tname, tname)  # aliases of one weight count once
+            uses = weight_uses.get(root)
+            if uses is None:
+                weight_uses[root] = 1
+                weight_sizes[root] = (elems, nbytes, elem)
+            else:
+                weight_uses[root] = uses + 1
+                if weight_sizes[root][1] < nbytes:
+                    weight_sizes[root] = (elems, nbytes, elem)
+        linked: list[str] | None = None  # tensors this node already has an edge for
+        for pos in feat.data_pos:
+            tname = node_in[pos]
+            p = producer.get(tname)
+            if p is not None:
+                if linked is None:
+                    linked = [tname]
+                elif tname in linked:
+                    continue
+                else:
+                    linked.append(tname)
+                src.append(p)
+                dst.append(k)
+                edge_tensors.append(tname)
+        fi = uniq_at.get(id(feat))
+        if fi is None:
+            fi = uniq_at[id(feat)] = len(uniq)
+            uniq.append(feat)
+        node_feat.append(fi)
+        if feat.hp_keys is not None:
+            group = hp_groups.get(feat.hp_keys)
             if group is None:
-                group = hp_groups[keys] = ([], [])
+                group = hp_groups[feat.hp_keys] = ([], [])
             group[0].append(k)
-            group[1].append(list(hparams.values()))
-        flops_col[k] = float(flops)
-        mac_col[k] = float(mac)
-        weight_col[k] = float(weight_bytes)
-        params_col[k] = float(params_n)
-        ai_col[k] = flops / mac if mac else 0.0
+            group[1].append(fi)
 
     x = np.zeros((n_nodes, len(layout.NODE_COLUMNS)), dtype=np.float64)
-    x[np.arange(n_nodes), op_cols] = 1.0
-    for col, vals in (("in_elems", in_elems), ("out_elems", out_elems),
-                      ("num_inputs", num_in), ("num_outputs", num_out),
-                      ("in_channels", in_ch), ("out_channels", out_ch),
-                      ("flops", flops_col), ("mac", mac_col), ("weight", weight_col),
-                      ("params", params_col), ("ai", ai_col)):
-        x[:, _NODE_IDX[col]] = vals
-    for keys, (hp_rows, hp_vals) in hp_groups.items():
+    cols = np.array([f.cols for f in uniq], dtype=np.float64).reshape(
+        len(uniq), len(_FEATURE_COLS))[np.array(node_feat, dtype=np.intp)]
+    x[np.arange(n_nodes), cols[:, 0].astype(np.int64)] = 1.0
+    x[:, _GENERIC_COLS] = cols[:, 1:]
+    for keys, (hp_rows, hp_feats) in hp_groups.items():
         # the rules' hyper-parameters override the generic columns set above
-        picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
-        if picked:
-            table = np.array(hp_vals, dtype=np.float64)  # float(v) of each, as numpy converts
-            x[np.ix_(hp_rows, [j for _, j in picked])] = table[:, [i for i, _ in picked]]
+        picked = _hp_columns(keys)
+        if picked is not None:
+            fis = np.array(hp_feats, dtype=np.intp)
+            distinct = np.unique(fis)
+            table = np.array([uniq[i].hp_vals for i in distinct.tolist()],  # float(v) of each,
+                             dtype=np.float64)[np.searchsorted(distinct, fis)]  # as numpy converts
+            x[np.array(hp_rows)[:, None], picked[1]] = table[:, picked[0]]
 
     for col, src_col in (("flops_ratio", "flops"), ("mac_ratio", "mac"),
                          ("weight_ratio", "weight")):
@@ -640,12 +748,26 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         x[:, _NODE_IDX[col]] = arr / total if total else 0.0
 
     edge_shapes = [shapes[t][1] for t in edge_tensors]
-    edge_rows: dict[str, list[float]] = {}  # a tensor read by several nodes: one row
+    # one row per distinct tensor type, indexed per edge (as the node columns)
+    edge_rows: dict[str, int] = {}  # tensor -> its row
+    by_type: dict[TypedShape, int] = {}
+    rows_e: list[list[float]] = []
+    edge_row_of: list[int] = []
     for t in edge_tensors:
-        if t not in edge_rows:
-            edge_rows[t] = _edge_row(tinfo[t])
-    edge_attr = np.array([edge_rows[t] for t in edge_tensors],
-                         dtype=np.float64).reshape(len(edge_tensors), len(layout.EDGE_COLUMNS))
+        er = edge_rows.get(t)
+        if er is None:
+            typed = shapes[t]
+            er = by_type.get(typed)
+            if er is None:
+                size = itemsize.get(typed[0])
+                if size is None:  # only cached nodes read it: a known type
+                    size = itemsize[typed[0]] = dtypes.itemsize(typed[0], f"tensor {t!r}")
+                er = by_type[typed] = len(rows_e)
+                rows_e.append(_edge_row(typed[1], size, counted[t]))
+            edge_rows[t] = er
+        edge_row_of.append(er)
+    edge_attr = np.array(rows_e, dtype=np.float64).reshape(
+        len(rows_e), len(layout.EDGE_COLUMNS))[np.array(edge_row_of, dtype=np.intp)]
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
 
     data_inputs = [s for n, s in inputs.items() if n not in weights]
@@ -812,16 +934,15 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
         return None
 
 
-def _edge_row(ti: TensorInfo) -> list[float]:
-    """Edge features of a tensor (shape slots per the layout's docstring).
+def _edge_row(shape: Shape, itemsize: float, elems: int) -> list[float]:
+    """Edge features of a tensor of this shape, element size and element
+    count (shape slots per the layout's docstring).
 
     Products are exact integers converted once to float: every edge tensor
     has at most MAX_ELEMS (2^40) elements, so this equals a float64 product.
     """
-    shape = ti.shape
-    itemsize = ti.itemsize
     r = len(shape)
-    size = float(ti.elems)
+    size = float(elems)
     slots: tuple[int, ...]
     if r == 0:
         slots = (1, 1, 1, 1)
@@ -918,6 +1039,22 @@ def _median(col: np.ndarray) -> float:
     return float(np.mean(np.partition(col, [k - 1, k])[k - 1:k + 1]))
 
 
+_HP_COLUMNS: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray] | None] = {}
+
+
+def _hp_columns(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(positions in ``keys``, node columns) of the hyper-parameters that
+    are layout columns (None: none is); per cost rule's names, cached."""
+    if keys in _HP_COLUMNS:
+        return _HP_COLUMNS[keys]
+    picked = [(i, _HP_IDX[c]) for i, c in enumerate(keys) if c in _HP_IDX]
+    found = (np.array([i for i, _ in picked], dtype=np.intp),
+             np.array([j for _, j in picked], dtype=np.intp)) if picked else None
+    if len(_HP_COLUMNS) < SIGNATURE_CACHE_SIZE:
+        _HP_COLUMNS[keys] = found
+    return found
+
+
 def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch_size: int,
              params_unique: float, bytes_unique: float) -> np.ndarray:
     """Global features u in the order of ``layout.GLOBAL_COLUMNS`` (the
@@ -933,8 +1070,8 @@ def _globals(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, batch
             "density": e / (n * (n - 1)) if n > 1 else 0.0, "batch_size": batch_size}
     for name in ("flops", "mac", "weight"):
         col = x[:, _NODE_IDX[name]]
-        vals[f"{name}_total"] = col.sum()
-        vals[f"{name}_mean"] = col.mean()
+        total = vals[f"{name}_total"] = col.sum()
+        vals[f"{name}_mean"] = total / n  # what col.mean() computes, without its wrapper
         vals[f"{name}_median"] = _median(col)
         vals[f"{name}_max"] = col.max()
     vals["weight_total"] = bytes_unique

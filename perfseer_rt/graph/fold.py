@@ -40,20 +40,23 @@ def fold_static(model: onnx.ModelProto, initializers: set[str],
     if table is None:
         table = node_table(model.graph)
     const: set[str] = set(initializers)
+    # "" (an absent optional input) counts as constant while folding, so that
+    # one set test decides a node; it is in the result only if an
+    # initializer is so named
+    named_empty = "" in const
+    const.add("")
     kept: list[int] = []
     for i, row in enumerate(table):  # topologically sorted
         op, _, domain, ins, outs = row[:5]
         if op in NONDETERMINISTIC or op in KEPT_ON_CONSTANTS or row[7] and has_subgraph(row):
             kept.append(i)
             continue
-        if op in SHAPE_OF and domain in ("", "ai.onnx"):
-            static = True
-        else:
-            static = all(name == "" or name in const for name in ins)
-        if static:
-            const.update(o for o in outs if o)
+        if const.issuperset(ins) or op in SHAPE_OF and domain in ("", "ai.onnx"):
+            const.update(outs)
         else:
             kept.append(i)
+    if not named_empty:
+        const.discard("")
     return const, kept
 
 

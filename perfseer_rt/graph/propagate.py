@@ -30,7 +30,7 @@ import onnx
 from onnx import numpy_helper
 
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_SHAPE_LEN, Deadline
-from perfseer_rt.graph.nodes import Attrs, Row
+from perfseer_rt.graph.nodes import CACHED_KEY_CHARS, Attrs, Row, attribute_keys
 
 Shape = tuple[int, ...]
 TypedShape = tuple[int, Shape]
@@ -822,6 +822,18 @@ def _schema(op: str, version: int) -> Any:
     return _SCHEMAS[key]
 
 
+#: Most rule results kept between passes (emptied when full).
+RULE_CACHE_SIZE = 16384
+#: (op, attribute key, input types, number of outputs, opset) -> output
+#: types, for rules that read no values (:meth:`Propagation.run`).
+_RULE_RESULTS: dict[tuple[Any, ...], Sequence["TypedShape | None"]] = {}
+
+
+def clear_rule_cache() -> None:
+    """Empty the rule results kept between passes (they change speed only)."""
+    _RULE_RESULTS.clear()
+
+
 class Propagation:
     """One pass over a model's nodes (see the module docstring).
 
@@ -840,8 +852,9 @@ class Propagation:
 
     def __init__(self, table: list[Row], folded: set[int], typed: dict[str, TypedShape],
                  constants: dict[str, onnx.TensorProto], late: set[str],
-                 model: onnx.ModelProto, opset: int):
+                 model: onnx.ModelProto, opset: int, akeys: list[str | None] | None = None):
         self.table = table
+        self.akeys = attribute_keys(table) if akeys is None else akeys
         self.folded = folded
         self.shapes = typed
         self.constants = constants
@@ -859,6 +872,12 @@ class Propagation:
         producer = self.producer
         value = self.value
         rules = _rules_at(self.opset)
+        akeys = self.akeys
+        opset = self.opset
+        # A rule that reads no values gives the same result for the same op,
+        # attributes, input types and opset: computed once per such
+        # signature, in this pass and later ones.
+        memo = _RULE_RESULTS
         for k, row in enumerate(self.table):
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
@@ -876,26 +895,45 @@ class Propagation:
             if entry is None:
                 entry = rules[op] = _rule_at(op, self.opset)
             rule, since = entry
+            key = None
+            checked = False  # the result's dims are known to be in range
             if rule is not None:
-                if tensors:
-                    attrs = {**attrs, **tensors}
-                try:
-                    result = rule(in_types, _getter(value, ins) if op in _READS_VALUES
-                                  else _no_values, attrs, len(outs), since)
-                except GiveUp:
-                    raise
-                except (IndexError, KeyError, TypeError, ValueError, AttributeError,
-                        ZeroDivisionError, OverflowError):
-                    result = None  # a malformed node (e.g. no inputs): onnx decides
+                akey = akeys[k]
+                if not tensors and op not in _READS_VALUES and (
+                        akey is None or len(akey) <= CACHED_KEY_CHARS):
+                    key = (op, akey, tuple(in_types), len(outs), opset)
+                    result = memo.get(key)
+                    checked = result is not None  # only checked results are kept
+                elif op == "Constant" and not attrs and len(tensors) == 1 and len(outs) == 1 \
+                        and "value" in tensors:  # _constant's common case, inlined
+                    tp = tensors["value"]
+                    result = [(tp.data_type, tuple(tp.dims[:]))]
+                if result is None:
+                    if tensors:
+                        attrs = {**attrs, **tensors}
+                    try:
+                        result = rule(in_types, _getter(value, ins) if op in _READS_VALUES
+                                      else _no_values, attrs, len(outs), since)
+                    except GiveUp:
+                        raise
+                    except (IndexError, KeyError, TypeError, ValueError, AttributeError,
+                            ZeroDivisionError, OverflowError):
+                        result = None  # a malformed node (e.g. no inputs): onnx decides
             if result is None:
+                key = None
                 result = self._onnx_node(k, op, ins, in_types)
             for o, typed in zip(outs, result):
                 if o and typed is not None:
-                    shape = typed[1]
-                    if shape and rule not in _KEEP_DIMS and (
-                            min(shape) < 0 or max(shape) >= _MAX_DIM):
-                        raise GiveUp("dim out of range")
+                    if not checked:
+                        shape = typed[1]
+                        if shape and rule not in _KEEP_DIMS and (
+                                min(shape) < 0 or max(shape) >= _MAX_DIM):
+                            raise GiveUp("dim out of range")
                     shapes[o] = typed
+            if key is not None and not checked:
+                if len(memo) >= RULE_CACHE_SIZE:
+                    memo.clear()
+                memo[key] = result
             if k in kept_set:
                 for t in ins:
                     if t and t not in shapes:
@@ -1001,10 +1039,18 @@ class Propagation:
                 if (attrs or tensors) and not _known_attrs(op, self.opset).issuperset(
                         (*attrs, *tensors)):
                     return  # onnx's reference evaluator refuses some ops so
-                args = [self.values.get(i) if i else None for i in ins]
-                if fn is None or not ins or any(i and a is None for i, a in zip(ins, args)) or any(
-                        a is not None and a.size > MAX_CONST_ELEMS for a in args):
+                if fn is None or not ins:
                     return
+                values = self.values
+                args: list[np.ndarray | None] = []
+                for i in ins:  # every present input has a value of at most MAX_CONST_ELEMS
+                    if not i:
+                        args.append(None)
+                        continue
+                    a = values.get(i)
+                    if a is None or a.size > MAX_CONST_ELEMS:
+                        return
+                    args.append(a)
                 if tensors:
                     attrs = {**attrs, **tensors}
                 val = fn(args, attrs, out)
@@ -1079,7 +1125,7 @@ def _constant(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) ->
         return None
     (name, v), = attrs.items()
     if name == "value" and isinstance(v, onnx.TensorProto):
-        return [(v.data_type, tuple(v.dims))]
+        return [(v.data_type, tuple(v.dims[:]))]
     if name == "value_int" and type(v) is int:
         return [(INT64, ())]
     if name == "value_ints" and type(v) is list:

@@ -285,7 +285,7 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
             else:
                 out[vi.name] = (tt.elem_type, tuple(dims))
     for init in g.initializer:
-        out[init.name] = (init.data_type, tuple(init.dims))
+        out[init.name] = (init.data_type, tuple(init.dims[:]))
     return out
 
 
