@@ -60,19 +60,25 @@ def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp
     unc = doc["seernet"]["uncertainty"]
     before = unc["intervals"]["peak_mem_mb"]["bins"]
     rng = np.random.default_rng(1)
-    rows = [{"peak_mem_mb": {"measured": float(np.exp(r)), "predicted": 1.0}, "distance_score": 0.0,
-             "predictor_version": version} for r in rng.normal(0.3, 0.3, 60)]
+    rows = [{"spec": f"timm:model=m{i % 20},res=224", "distance_score": 0.0, "predictor_version": version,
+             "peak_mem_mb": {"measured": float(np.exp(r)), "predicted": 1.0}}
+            for i, r in enumerate(rng.normal(0.3, 0.3, 60))]
+    rows += [{**rows[0], "spec": "timm:model=seen,res=256"}] * 5  # trained on: left out
     check = tmp_path / "check.json"
     check.write_text(json.dumps({"rows": rows}))
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps({"rows": [{**r, "predictor_version": "2020-01-01 sha256:0"} for r in rows]}))
     with pytest.raises(rc.RecalibrationError, match="--repredict"):
         rc.recalibrate(folder, [stale])
-    assert rc.main([str(folder), "--checks", str(check)]) == 0
+    data = tmp_path / "data" / "records"
+    data.mkdir(parents=True)
+    (data / "part-0.jsonl").write_text(json.dumps({"spec": "timm:model=seen,res=224", "status": "ok"}) + "\n")
+    assert rc.main([str(folder), "--checks", str(check), "--training-data", str(data.parent)]) == 0
     after = json.loads((folder / "manifest.json").read_text())
     parse_manifest(after)  # still the strict schema
     bins = after["seernet"]["uncertainty"]["intervals"]["peak_mem_mb"]["bins"]
     assert bins[0]["hi"] > before[0]["hi"] and bins[0]["lo"] <= before[0]["lo"]
     assert after["seernet"]["uncertainty"]["intervals"]["latency_ms"] == unc["intervals"]["latency_ms"]
-    assert after["seernet"]["uncertainty"]["calibration"]["real_models"]["rows"] == 60
+    real = after["seernet"]["uncertainty"]["calibration"]["real_models"]
+    assert real["rows"] == 60 and real["left_out_models"] == ["timm:model=seen"]
     assert rc.main([str(folder), "--checks", str(check)]) == 2  # once: from the export's own calibration

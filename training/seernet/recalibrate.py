@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles
+from training.seernet.data import DatasetError, read_records
 from training.seernet.uncertainty import MIN_BIN
 
 
@@ -87,8 +88,22 @@ def widen(intervals: dict[str, Any], threshold: float, rows: Sequence[dict[str, 
     return {"intervals": new, "record": record}
 
 
-def recalibrate(predictor: Path, checks: Sequence[Path]) -> dict[str, Any]:
+def model_name(spec: str) -> str:
+    """``family:model=NAME`` of a zoo spec, without resolution or sequence length."""
+    return spec.split(",")[0]
+
+
+def trained_models(datasets: Sequence[Path]) -> set[str]:
+    """Every :func:`model_name` the records of ``datasets`` hold."""
+    return {model_name(str(r["spec"])) for r in read_records(datasets) if r.get("spec")} if datasets else set()
+
+
+def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str] = frozenset()) -> dict[str, Any]:
     """Rewrite ``predictor/manifest.json`` with widened intervals; returns the record.
+
+    Rows of a model in ``exclude`` (:func:`model_name`, e.g. the models the
+    predictor trained on at some batch or sequence length) are left out: their
+    errors are not those of a model the predictor has never seen.
 
     Raises:
         RecalibrationError: a check predicted by another predictor version,
@@ -110,11 +125,14 @@ def recalibrate(predictor: Path, checks: Sequence[Path]) -> dict[str, Any]:
         if stale:
             raise RecalibrationError(f"{f}: rows predicted by {', '.join(stale)}, not by {version}; "
                                      "run `python -m training.seernet.user_check --repredict` first")
-        rows.extend(found)
+        rows.extend(r for r in found if model_name(str(r.get("spec", ""))) not in exclude)
     out = widen(unc["intervals"], unc["threshold"], rows)
     unc["intervals"] = out["intervals"]
     unc["calibration"]["real_models"] = {
-        "checks": [str(f) for f in checks], "rows": len(rows), "bins": out["record"],
+        "checks": [str(f) for f in checks], "rows": len(rows),
+        "left_out_models": sorted(set(exclude) & {model_name(str(r.get("spec", ""))) for f in checks
+                                             for r in json.loads(Path(f).read_text()).get("rows", [])}),
+        "bins": out["record"],
         "method": "per metric and distance bin: union of the shipped conformal interval and the "
                   "split-conformal interval of the checks' log(measured/predicted) (a bin with < "
                   f"{MIN_BIN} check residuals takes all of the metric's)"}
@@ -132,10 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("predictor", type=Path, help="exported predictor folder (with manifest.json)")
     ap.add_argument("--checks", nargs="+", type=Path, required=True,
                     help="user-check files predicted by this predictor")
+    ap.add_argument("--training-data", nargs="*", type=Path, default=[], metavar="DIR",
+                    help="the predictor's dataset folders: check rows of models in them are left out")
     a = ap.parse_args(argv)
     try:
-        rec = recalibrate(a.predictor, a.checks)
-    except (RecalibrationError, ManifestError, OSError, json.JSONDecodeError) as exc:
+        rec = recalibrate(a.predictor, a.checks, trained_models(a.training_data))
+    except (RecalibrationError, ManifestError, DatasetError, OSError, json.JSONDecodeError) as exc:
         print(f"recalibrate: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(rec, indent=1))
