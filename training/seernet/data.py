@@ -178,15 +178,17 @@ def load_samples(dataset_dir: DatasetPaths, metrics: Iterable[str] | None = None
         metrics: keep only these metrics in ``targets`` (default: all).
         device: keep only records of this device (default: all).
     """
+    dirs = dataset_dirs(dataset_dir)
+    where = ", ".join(map(str, dirs))  # how errors name the dataset
     wanted = set(metrics) if metrics is not None else None
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in read_records(dataset_dir):
+    for r in read_records(dirs):
         if r.get("status") == "ok" and (device is None or r.get("device") == device):
             groups.setdefault((str(r.get("device")), str(r.get("graph_key", ""))), []).append(r)
     if wanted is None or any(m.startswith("peak_mem") for m in wanted):
-        check_one_memory_method(dataset_dir, [r for rs in groups.values() for r in rs])
+        check_one_memory_method(where, [r for rs in groups.values() for r in rs])
     graphs: dict[str, tuple[np.ndarray, ...]] = {}
-    for folder in dataset_dirs(dataset_dir):
+    for folder in dirs:
         for shard in sorted(Path(folder, "graphs").glob("*.npz")):
             graphs.update(read_graph_shard(shard))
     _refuse_mixed(groups)
@@ -194,7 +196,7 @@ def load_samples(dataset_dir: DatasetPaths, metrics: Iterable[str] | None = None
     for (dev, key), rs in groups.items():
         r = rs[0]
         if key not in graphs:
-            raise DatasetError(f"{dataset_dir}: record {r.get('arch_id')!r} batch {r.get('batch')} "
+            raise DatasetError(f"{where}: record {r.get('arch_id')!r} batch {r.get('batch')} "
                                f"points to graph_key {key!r}, which no graphs/*.npz shard holds")
         x, ei, ea, u = graphs[key]
         values: dict[str, list[float]] = {}

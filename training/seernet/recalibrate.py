@@ -58,8 +58,9 @@ def check_residuals(rows: Sequence[dict[str, Any]], metric: str) -> tuple[np.nda
     return np.array(r, dtype=np.float64), np.array(s, dtype=np.float64)
 
 
-def widen(intervals: dict[str, Any], threshold: float, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """New ``intervals`` (manifest form) and a record of what changed.
+def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """New ``intervals`` (manifest form; each bin's ``max_score`` bounds the
+    distance scores of its rows) and a record of what changed.
 
     Returns ``{"intervals": ..., "record": {metric: [per-bin dict]}}``; a
     metric with fewer than :data:`MIN_BIN` check residuals is left as it was.
@@ -118,20 +119,21 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
         raise RecalibrationError(f"{path}: already widened with real-model checks "
                                  f"({', '.join(unc['calibration']['real_models']['checks'])}); "
                                  "export the predictor again to start from its own calibration")
-    rows: list[dict[str, Any]] = []
+    found: list[dict[str, Any]] = []
     for f in checks:
-        found = json.loads(Path(f).read_text()).get("rows", [])
-        stale = sorted({str(r.get("predictor_version")) for r in found} - {version})
+        rows_f = json.loads(Path(f).read_text()).get("rows", [])
+        stale = sorted({str(r.get("predictor_version")) for r in rows_f} - {version})
         if stale:
             raise RecalibrationError(f"{f}: rows predicted by {', '.join(stale)}, not by {version}; "
                                      "run `python -m training.seernet.user_check --repredict` first")
-        rows.extend(r for r in found if model_name(str(r.get("spec", ""))) not in exclude)
-    out = widen(unc["intervals"], unc["threshold"], rows)
+        found.extend(rows_f)
+    names = [model_name(str(r.get("spec", ""))) for r in found]
+    rows = [r for r, n in zip(found, names) if n not in exclude]
+    out = widen(unc["intervals"], rows)
     unc["intervals"] = out["intervals"]
     unc["calibration"]["real_models"] = {
         "checks": [str(f) for f in checks], "rows": len(rows),
-        "left_out_models": sorted(set(exclude) & {model_name(str(r.get("spec", ""))) for f in checks
-                                             for r in json.loads(Path(f).read_text()).get("rows", [])}),
+        "left_out_models": sorted(set(exclude) & set(names)),
         "bins": out["record"],
         "method": "per metric and distance bin: union of the shipped conformal interval and the "
                   "split-conformal interval of the checks' log(measured/predicted) (a bin with < "
