@@ -115,6 +115,14 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
                      "vocab_size": 262144, "sliding_window": 512, "tie_word_embeddings": True,
                      "max_position_embeddings": 32768}),
+    # added 2026-11-25 (session 11) for the fifth untuned check (not measured before it)
+    "squeezebert": ("squeezebert", "SqueezeBertConfig", "encoder", {}),  # squeezebert/squeezebert-uncased
+    "qwen3-0.6b": ("qwen3", "Qwen3Config", "causal",  # Qwen/Qwen3-0.6B
+                   {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                    "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960}),
+    "bloom-560m": ("bloom", "BloomConfig", "causal",  # bigscience/bloom-560m: ALiBi, a 251k-token vocabulary
+                   {"hidden_size": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 250880}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
