@@ -224,6 +224,26 @@ def test_weights_shared_through_identity_and_transpose_counted_once():
     assert g2.globals["params_total"] == 3 * 64 * 64
 
 
+def test_constants_computed_from_shapes_are_not_weights():
+    """What exporters build from the input's shape (MViTv2's ScatterND
+    indices expanded to the batch, attention masks, position ids) folds to
+    a constant once the batch is known, but the runtime computes it on every
+    call: it reads as a constant input of its node, yet it is no weight, and
+    the model's weights do not grow with the batch."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+             helper.make_node("Add", ["x", "ones"], ["h"]),
+             helper.make_node("MatMul", ["h", "w"], ["y"])]
+    m = model(nodes, [("x", ["batch", 64])], [("y", None)], [const("w", (64, 64))])
+    for batch in (1, 8):
+        g = extract(m, batch=batch)
+        assert g.num_nodes == 2
+        assert g.globals["params_total"] == 64 * 64
+        assert g.globals["weight_total"] == 4 * 64 * 64
+        assert g.node_column("params").sum() == 64 * 64 + batch * 64  # the Add still reads it
+
+
 def test_fp16_model_is_flagged():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
     m = model(nodes, [("x", [2, 64], TensorProto.FLOAT16)], [("y", None)],

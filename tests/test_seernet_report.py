@@ -102,6 +102,33 @@ def test_report_resume(tmp_path, capsys):
     assert "resumed from" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # trains the shipped split twice (~15 s on the loaded 2-core machine)
+def test_ship_all_refits_on_the_test_graphs_and_keeps_the_split_calibration(tmp_path):
+    """--ship-all ships the shipped split's models trained again on its
+    train and test graphs; the accuracy, intervals and warning threshold in
+    the manifest stay the split's (measured on graphs its models never saw)."""
+    ds = write_synthetic_dataset(tmp_path / "ds", num_archs=16, batches=(1, 4), max_nodes=10)
+    common = ["--dataset", str(ds), "--epochs", "2", "--threads", "1", "--quiet", "--models", "seernet", "gbm",
+              "--splits", "arch"]
+    assert main([*common, "--out", str(tmp_path / "r1"), "--export-dir", str(tmp_path / "e1")]) == 0
+    assert main([*common, "--out", str(tmp_path / "r2"), "--export-dir", str(tmp_path / "e2"),
+                 "--ship-all"]) == 0
+    r1, r2 = (json.loads((tmp_path / r / "report.json").read_text()) for r in ("r1", "r2"))
+    sizes = r2["splits"]["arch"]["sizes"]
+    assert r2["refit_on_all"]["sizes"]["train"] == sizes["train"] + sizes["test"]
+    m1, m2 = (json.loads((tmp_path / e / "manifest.json").read_text()) for e in ("e1", "e2"))
+    assert m1["provenance"]["notes"]["trained_on_split"] == "arch"
+    assert m2["provenance"]["notes"]["trained_on_split"] == "arch+all"
+    assert m2["accuracy"] == m1["accuracy"]
+    assert m2["seernet"]["uncertainty"] == m1["seernet"]["uncertainty"]
+    assert (tmp_path / "r2" / "checkpoints" / "all").is_dir()
+    test = data.split_samples(data.load_samples(ds), "arch")["test"]
+    a = concat_graphs([s.x for s in test], [s.edge_index for s in test], [s.edge_attr for s in test],
+                      [s.u for s in test])
+    assert not np.allclose(run_onnx(tmp_path / "e1" / "seernet_gbm.onnx", **a),
+                           run_onnx(tmp_path / "e2" / "seernet_gbm.onnx", **a))
+
+
 def test_per_batch_scores_split_the_test_set_by_batch():
     from training.seernet.report import per_batch_scores
 

@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
-from perfseer_rt.graph.fold import fold_static, weight_roots
+from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
@@ -386,6 +386,8 @@ class _Structure:
         inits = {t[0] for t in inits_read}
         inits.update(self.weights)
         self.const, self.kept = fold_static(proto, inits, self.table)
+        # constants computed from shapes: read by nodes, but not weights
+        self.derived = shape_derived(self.table, self.const)
         self.roots = weight_roots(self.table, self.const)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
@@ -472,7 +474,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     """The PerfGraph of a validated, folded model at one set of input shapes."""
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs = resolve_inputs(proto, batch, input_shapes, dims, weights)
-    const, kept, roots = st.const, st.kept, st.roots
+    const, derived, kept, roots = st.const, st.derived, st.kept, st.roots
     if not kept:
         raise ShapeError(f"{name}: every node folds to a constant; nothing to extract")
     deadline.check("folding")
@@ -599,7 +601,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             if tname in const:
                 weight_bytes += ti.nbytes
                 params_n += ti.elems
-                weight_pos.append((pos, ti.elems, ti.nbytes, shapes[tname][0]))
+                if tname not in derived:  # shape-derived: constant input, not a weight
+                    weight_pos.append((pos, ti.elems, ti.nbytes, shapes[tname][0]))
             else:
                 data_bytes += ti.nbytes
                 if first_data is None:
@@ -674,7 +677,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         else:
             akey = akeys[k]
             key = (op, akey,
-                   tuple([(shapes_get(t), t in const) if t else None for t in node_in]),
+                   tuple([(shapes_get(t), (t in const) + (t in derived)) if t else None
+                          for t in node_in]),
                    tuple([shapes_get(t) for t in node_outs[k]]))
             cached = memo.get(key)
             if cached is None:

@@ -2,10 +2,17 @@
 
 With every input shape static, a ``Shape`` node's output is a constant, and
 so is the output of any node whose inputs are all constants (initializers,
-Constant outputs, Shape outputs, ...). Such nodes are what an inference
-engine folds at load time (``Shape -> Gather -> Concat -> Reshape`` chains,
-weight transposes); they are not PerfGraph nodes, and their outputs count as
-constants (weights when a kept node consumes them as data).
+Constant outputs, Shape outputs, ...). Such nodes are not PerfGraph nodes: an inference engine folds them at load
+time (weight transposes, casts) or computes them at run time from the input
+shapes (``Shape -> Gather -> Concat -> Reshape`` chains). Folded outputs
+computed from weights alone are weights when a kept node reads them; those
+computed from a ``Shape``/``Size`` (:func:`shape_derived`) depend on the
+input shapes, so the runtime computes them on every call when the model's
+batch is dynamic: they are not weights (ScatterND indices expanded to the
+batch, attention masks, position ids). They stay constant inputs of the
+nodes that read them (the node's ``weight``/``params`` columns: what it
+reads that is not computed by another node) but never count in the model's
+unique weights (``weight_total``, ``params_total``, the memory parts).
 """
 
 from __future__ import annotations
@@ -84,3 +91,22 @@ def weight_roots(table: list[Row], const: set[str]) -> dict[str, str]:
                 and outs and outs[0] in const:
             root[outs[0]] = root.get(ins[0], ins[0])
     return root
+
+
+def shape_derived(table: list[Row], const: set[str]) -> set[str]:
+    """The constant tensors whose value depends on a ``Shape``/``Size``
+    output (directly or through other folded nodes): what the runtime
+    computes from the input shapes rather than holds as weights.
+
+    Args:
+        table: the graph's node table, as for :func:`fold_static`.
+        const: the constant tensors (:func:`fold_static`'s first result).
+    """
+    derived: set[str] = set()
+    for row in table:  # topologically sorted
+        op, _, domain, ins, outs = row[:5]
+        if not outs or outs[0] not in const:
+            continue
+        if op in SHAPE_OF and domain in ("", "ai.onnx") or not derived.isdisjoint(ins):
+            derived.update(o for o in outs if o in const)
+    return derived

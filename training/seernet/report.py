@@ -55,6 +55,8 @@ from training.seernet.train import (
 
 #: The split whose models ship, in order of preference.
 SHIP_SCHEMES = ("real", "arch")
+#: Name of the refit on every graph of the shipped split (``--ship-all``).
+ALL = "all"
 #: MAPE points (validation) by which the direct peak head must beat the
 #: larger-phase combination to ship instead of it.
 MAX_COMBINE_SLACK_PCT = 2.0
@@ -67,8 +69,11 @@ def run_report(dataset: data.DatasetPaths, out: str | Path, metrics: Sequence[st
                cfg: TrainConfig | None = None, joint_baselines: bool = False,
                export_dir: str | Path | None = None, device: str | None = None,
                checkpoints: bool = True, command: str = "", resume: bool = False,
-               export_device: str | None = None) -> dict:
-    """Everything the CLI does; returns the report dict (also in report.json)."""
+               export_device: str | None = None, ship_all: bool = False) -> dict:
+    """Everything the CLI does; returns the report dict (also in report.json).
+
+    With ``ship_all``, the shipped model is trained once more on the shipped
+    split's training and test graphs together (:func:`_refit_on_all`)."""
     cfg = cfg or TrainConfig()
     out = Path(out)
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -112,8 +117,12 @@ def run_report(dataset: data.DatasetPaths, out: str | Path, metrics: Sequence[st
         shipped["scheme"] = ship_scheme
         shipped["default"] = _default_model(report, shipped)
         shipped.update(_calibrate(runs, ship_scheme, shipped["default"], metrics))
-        report["shipped"] = {k: shipped[k] for k in ("scheme", "default", "memory_combine", "uncertainty",
-                                                     "held_out") if k in shipped}
+        if ship_all:
+            shipped = _refit_on_all(shipped, metrics, model_names, cfg, joint_baselines,
+                                    out / "checkpoints" / ALL if checkpoints else None, resume)
+            report["refit_on_all"] = {k: shipped["result"][k] for k in ("sizes", "architectures")}
+        report["shipped"] = {k: shipped[k] for k in ("scheme", "refit", "default", "memory_combine",
+                                                     "uncertainty", "held_out") if k in shipped}
     report["summary_table"] = _summary(report, metrics)
     if export_dir is not None and shipped:
         report["export"] = export(Path(export_dir), shipped, metrics, report, device, ok_records,
@@ -124,6 +133,22 @@ def run_report(dataset: data.DatasetPaths, out: str | Path, metrics: Sequence[st
 
 
 # ------------------------------------------------------- shipped predictor
+def _refit_on_all(shipped: dict, metrics: list[str], model_names: Sequence[str], cfg: TrainConfig,
+                  joint: bool, ckpt_dir: Path | None, resume: bool) -> dict:
+    """The shipped split's models trained again on its training and test
+    graphs together (the same validation graphs for early stopping and the
+    blend), keeping everything that split measured: its accuracy, default
+    model, memory combination, intervals, warning threshold and the
+    distance reference (the split's training graphs). The refit has seen
+    the held-out groups, so the split's held-out figures and intervals are
+    conservative for it; its own scores on those graphs are in-sample and
+    never reported as accuracy."""
+    parts = shipped["parts"]
+    every = {"train": list(parts["train"]) + list(parts["test"]), "val": parts["val"], "test": parts["test"]}
+    result, trained, norm = _run_split(ALL, every, metrics, model_names, cfg, joint, ckpt_dir, resume)
+    return {**shipped, "refit": ALL, "norm": norm, "trained": trained, "result": result, "parts": every}
+
+
 def _truth(samples: Sequence, metrics: Sequence[str]) -> np.ndarray:
     return np.array([[s.targets.get(m, np.nan) for m in metrics] for s in samples],
                     dtype=np.float64).reshape(len(samples), len(metrics))
@@ -417,6 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="device name in the exported manifest (default: --device); e.g. the "
                         "inference device a training-step predictor (exported_models/<device>/train) "
                         "belongs to")
+    p.add_argument("--ship-all", action="store_true",
+                   help="ship the shipped split's models trained again on its train and test graphs "
+                        "(its held-out figures and intervals are kept, conservative for the refit)")
     p.add_argument("--no-checkpoints", action="store_true")
     p.add_argument("--resume", action="store_true",
                    help="reuse a checkpoint under OUT/checkpoints/<split>/ when it was trained with the same "
@@ -431,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = run_report(a.dataset, a.out, a.metrics, a.models, a.splits, cfg, a.joint_baselines,
                             a.export_dir, a.device, not a.no_checkpoints, command, a.resume,
-                            a.export_device)
+                            a.export_device, a.ship_all)
     except data.DatasetError as exc:
         print(f"report: error: {exc}", file=sys.stderr)
         return 2

@@ -119,7 +119,8 @@ def export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, de
     write_manifest(export_dir / "manifest.json", device=name, description=env or name,
                    metrics=train_metrics, normalization=norm, models=entries,
                    training_data=report["data"], accuracy=accuracy, default_model=shipped["default"],
-                   report={"command": report["command"], "trained_on_split": shipped["scheme"]},
+                   report={"command": report["command"], "trained_on_split": shipped["scheme"]
+                           + (f"+{shipped['refit']}" if shipped.get("refit") else "")},
                    uncertainty=uncertainty, memory=memory, mode=mode, step=step)
     return {"dir": str(export_dir), "files": files + ["manifest.json"]}
 

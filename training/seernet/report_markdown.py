@@ -88,6 +88,12 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
              f"({ho['configs']} configurations; never trained on: "
              + ", ".join(test.get("test_groups") or test.get("test_families", [])) + ") is scored below as shipped "
              f"(peak memory combined as `{sh.get('memory_combine')}`).", ""]
+    if sh.get("refit"):
+        ref = report.get("refit_on_all", {}).get("sizes", {})
+        lines += [f"The file shipped is that model trained once more on the split's training and test "
+                  f"graphs together (`--ship-all`: {ref.get('train', '?')} training configurations, the "
+                  "same validation set); it has seen these held-out groups, so the figures and interval "
+                  "coverage below are those of the split's model, conservative for the file shipped.", ""]
     batches = sorted({b for m in metrics for b in ho["accuracy"][m]["by_batch"]})
     lines += ["MAPE % (count) per batch size:", "",
               "| metric | all | " + " | ".join(f"b{b}" for b in batches) + " |",
