@@ -92,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/perfseer-user-check"))
     ap.add_argument("--repredict", action="store_true", help="keep the measurements, predict again")
     a = ap.parse_args(argv)
+    if a.repredict and not a.out.is_file():
+        ap.error(f"--repredict: {a.out} does not exist (nothing measured to predict again)")
     doc: dict[str, Any] = json.loads(a.out.read_text()) if a.out.exists() else {"rows": []}
     a.work.mkdir(parents=True, exist_ok=True)
     if a.repredict:
