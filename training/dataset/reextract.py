@@ -17,8 +17,8 @@ different is named there (only the globals are expected to move).
 ``--weights-vary`` picks the architectures whose stored ``weight_total``
 differs by more than 1 % between their batch sizes in this folder (weights
 never depend on the batch: such a graph counted something else as weights);
-``--arch-ids`` names them (architectures the folder lacks are skipped). Progress on stderr (tqdm); a rerun re-makes them again
-(idempotent).
+``--arch-ids`` names them (architectures the folder lacks are skipped).
+Progress on stderr (tqdm); a rerun re-makes them again (idempotent).
 """
 
 from __future__ import annotations

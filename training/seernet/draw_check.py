@@ -43,8 +43,8 @@ from training.zoo.real import hf_text
 
 TIMM_LIST = Path(__file__).resolve().parents[1] / "zoo" / "real" / "timm_models.json"
 #: The large-batch extension's plan (README "Extend the large-batch folder").
-EXTENSION_PLAN = {"seed": 9, "count": 400, "families": ["timm", "hf"], "batches": [16, 32, 64],
-                  "batches_per_arch": 2}
+EXTENSION_PLAN: dict[str, Any] = {"seed": 9, "count": 400, "families": ["timm", "hf"],
+                                  "batches": [16, 32, 64], "batches_per_arch": 2}
 
 
 def spec_model(spec: str) -> tuple[str, str] | None:
@@ -57,7 +57,7 @@ def spec_model(spec: str) -> tuple[str, str] | None:
 
 def dataset_models(folders: Iterable[str | Path]) -> set[tuple[str, str]]:
     """Every ``(family, model)`` of the records in these dataset folders."""
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for folder in folders:
         for path in sorted(Path(folder).glob("records/*.jsonl")):
             for line in path.read_text().splitlines():
@@ -70,7 +70,7 @@ def dataset_models(folders: Iterable[str | Path]) -> set[tuple[str, str]]:
 
 def plan_models(plan: FixedPlan) -> set[tuple[str, str]]:
     """Every ``(family, model)`` a fixed plan would measure."""
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for item in plan.items():
         model = item.config.get("params", {}).get("model")
         if model:
@@ -80,7 +80,7 @@ def plan_models(plan: FixedPlan) -> set[tuple[str, str]]:
 
 def check_models(files: Iterable[str | Path]) -> set[tuple[str, str]]:
     """Every ``(family, model)`` in user-check results and plans."""
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for path in files:
         doc = json.loads(Path(path).read_text())
         specs = [r["spec"] for r in doc.get("rows", [])] + list(doc.get("specs", []))
@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "date": datetime.date.today().isoformat(),
         "draw": f"python -m training.seernet.draw_check --seed {args.seed} --timm {args.timm}: timm "
                 f"drawn with random.Random({args.seed}).sample from the scan list sorted by name; "
-                "hf: every zoo HF text model in no data folder and no earlier check; excluded: models of the data folders, of "
+                "hf: every zoo HF text model in no data folder and no earlier check; "
+                "excluded: models of the data folders, of "
                 f"the large-batch fixed plan {EXTENSION_PLAN} and of the earlier checks",
         "data": list(args.data), "checks": list(args.checks),
         "excluded_models": {"data": len(in_data), "fixed_plan": len(in_plan),
