@@ -2,9 +2,10 @@
 
 With every input shape static, a ``Shape`` node's output is a constant, and
 so is the output of any node whose inputs are all constants (initializers,
-Constant outputs, Shape outputs, ...). Such nodes are not PerfGraph nodes: an inference engine folds them at load
-time (weight transposes, casts) or computes them at run time from the input
-shapes (``Shape -> Gather -> Concat -> Reshape`` chains). Folded outputs
+Constant outputs, Shape outputs, ...). Such nodes are not PerfGraph nodes:
+an inference engine folds them at load time (weight transposes, casts) or
+computes them at run time from the input shapes (``Shape -> Gather ->
+Concat -> Reshape`` chains). Folded outputs
 computed from weights alone are weights when a kept node reads them; those
 computed from a ``Shape``/``Size`` (:func:`shape_derived`) depend on the
 input shapes, so the runtime computes them on every call when the model's

@@ -9,9 +9,9 @@ HF text models, less every model that
 
 * any dataset folder holds (``--data``: ``records/*.jsonl``, by model name,
   whatever its resolution or sequence length),
-* a fixed plan can still measure into the training data (``--fixed-plan``:
-  the large-batch extension's ``FixedPlan``; its architectures are drawn
-  by seed, so the ones it would draw next are excluded too),
+* the large-batch extension's ``FixedPlan`` (:data:`EXTENSION_PLAN`) can
+  still measure into the training data (its architectures are drawn by
+  seed, so the ones it would draw next are excluded too),
 * an earlier check measured (``--checks``: ``user_check*.json`` and plans).
 
 The fixed plan draws every HF model of the zoo sooner or later, so HF
@@ -39,6 +39,7 @@ from typing import Any, Iterable, Sequence
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.campaign.plan import FixedPlan
+from training.seernet.recalibrate import model_name, trained_models
 from training.zoo.real import hf_text
 
 TIMM_LIST = Path(__file__).resolve().parents[1] / "zoo" / "real" / "timm_models.json"
@@ -47,57 +48,36 @@ EXTENSION_PLAN: dict[str, Any] = {"seed": 9, "count": 400, "families": ["timm", 
                                   "batches": [16, 32, 64], "batches_per_arch": 2}
 
 
-def spec_model(spec: str) -> tuple[str, str] | None:
-    """``(family, model name)`` of a zoo spec string such as
-    ``timm:model=resnet50,res=224``; None for a spec without a model name."""
-    family, _, rest = spec.partition(":")
-    params = dict(p.split("=", 1) for p in rest.split(",") if "=" in p)
-    return (family, params["model"]) if "model" in params else None
+def dataset_models(folders: Sequence[str | Path]) -> set[str]:
+    """Every published model (``family:model=NAME``) the records of these
+    dataset folders hold."""
+    return {m for m in trained_models([Path(f) for f in folders]) if ":model=" in m}
 
 
-def dataset_models(folders: Iterable[str | Path]) -> set[tuple[str, str]]:
-    """Every ``(family, model)`` of the records in these dataset folders."""
-    seen: set[tuple[str, str]] = set()
-    for folder in folders:
-        for path in sorted(Path(folder).glob("records/*.jsonl")):
-            for line in path.read_text().splitlines():
-                cfg = json.loads(line).get("config") or {}
-                model = (cfg.get("params") or {}).get("model")
-                if model:
-                    seen.add((cfg.get("family", ""), str(model)))
-    return seen
+def plan_models(plan: FixedPlan) -> set[str]:
+    """Every published model (``family:model=NAME``) a fixed plan would measure."""
+    return {m for m in (model_name(item.spec) for item in plan.items() if item.spec) if ":model=" in m}
 
 
-def plan_models(plan: FixedPlan) -> set[tuple[str, str]]:
-    """Every ``(family, model)`` a fixed plan would measure."""
-    seen: set[tuple[str, str]] = set()
-    for item in plan.items():
-        model = item.config.get("params", {}).get("model")
-        if model:
-            seen.add((item.family, str(model)))
-    return seen
-
-
-def check_models(files: Iterable[str | Path]) -> set[tuple[str, str]]:
-    """Every ``(family, model)`` in user-check results and plans."""
-    seen: set[tuple[str, str]] = set()
+def check_models(files: Iterable[str | Path]) -> set[str]:
+    """Every model (``family:model=NAME``) in user-check results and plans."""
+    seen: set[str] = set()
     for path in files:
         doc = json.loads(Path(path).read_text())
-        specs = [r["spec"] for r in doc.get("rows", [])] + list(doc.get("specs", []))
-        seen.update(m for m in map(spec_model, specs) if m)
+        seen.update(model_name(s) for s in [r["spec"] for r in doc.get("rows", [])] + list(doc.get("specs", [])))
     return seen
 
 
-def draw(seed: int, n_timm: int, excluded: set[tuple[str, str]],
-         hf_excluded: set[tuple[str, str]]) -> tuple[list[str], list[str]]:
+def draw(seed: int, n_timm: int, excluded: set[str], hf_excluded: set[str]) -> tuple[list[str], list[str]]:
     """``(timm specs, hf specs)``: ``n_timm`` timm models drawn by ``seed``
     from the scan list less ``excluded`` (at their scanned resolution), and
-    every zoo HF model not in ``hf_excluded`` (sequence length 64)."""
+    every zoo HF model not in ``hf_excluded`` (sequence length 64); models
+    are named as :func:`training.seernet.recalibrate.model_name` names them."""
     res = {e["name"]: e["res"] for e in json.loads(TIMM_LIST.read_text())["models"]}
-    pool = [n for n in sorted(res) if ("timm", n) not in excluded]
+    pool = [n for n in sorted(res) if f"timm:model={n}" not in excluded]
     timm = [f"timm:model={n},res={res[n]}"
             for n in random.Random(seed).sample(pool, min(n_timm, len(pool)))]
-    hf = [f"hf:model={n},seq=64" for n in sorted(hf_text.ARCHITECTURES) if ("hf", n) not in hf_excluded]
+    hf = [f"hf:model={n},seq=64" for n in sorted(hf_text.ARCHITECTURES) if f"hf:model={n}" not in hf_excluded]
     return timm, hf
 
 
