@@ -123,6 +123,16 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                     "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960}),
     "bloom-560m": ("bloom", "BloomConfig", "causal",  # bigscience/bloom-560m: ALiBi, a 251k-token vocabulary
                    {"hidden_size": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 250880}),
+    # added 2026-11-26 (session 12) for the sixth untuned check (not measured before it)
+    "opt-350m": ("opt", "OPTConfig", "causal",  # facebook/opt-350m: post-norm, 512-wide embeddings
+                 {"hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+                  "vocab_size": 50272, "word_embed_proj_dim": 512, "do_layer_norm_before": False}),
+    "pythia-410m": ("pythia", "GPTNeoXConfig", "causal",  # EleutherAI/pythia-410m
+                    {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                     "intermediate_size": 4096, "vocab_size": 50304, "rotary_pct": 0.25}),
+    "mt5-small-encoder": ("t5", "T5Config", "t5-encoder",  # google/mt5-small: a 250k-token vocabulary
+                          {"d_model": 512, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "d_kv": 64,
+                           "vocab_size": 250112, "feed_forward_proj": "gated-gelu"}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
