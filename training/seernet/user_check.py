@@ -9,7 +9,8 @@ Each spec is exported once (``training.zoo``, random weights) into
 ``--work``; each (spec, batch) is measured by the CLI pinned to ``--core``
 and predicted by the CLI; rows are appended to ``--out`` as they finish (the
 file is rewritten atomically) and a rerun skips rows already there, so it
-resumes. ``--repredict`` keeps the measurements of an existing file and asks
+resumes. A spec that torch cannot export is listed under ``not_exportable``
+with its error and skipped (the plan is never redrawn). ``--repredict`` keeps the measurements of an existing file and asks
 the predictor again (after a retrain). Measure on a quiet machine: the
 latency is a real wall time.
 """
@@ -113,10 +114,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(CPU provider, 1 thread, defaults)",
             "models": "exported with training.zoo.export_onnx (random weights)"})
         doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
+    failed = {f["spec"] for f in doc.get("not_exportable", [])}
     for spec, batch in tqdm(todo, desc="user check"):
+        if spec in failed:
+            continue
         path = a.work / (re.sub(r"[^a-z0-9_]", "_", spec) + ".onnx")
         if not path.exists():
-            export_onnx(parse_spec(spec), str(path))
+            try:
+                export_onnx(parse_spec(spec), str(path))
+            except Exception as e:  # noqa: BLE001 - any exporter failure: a user gets no ONNX of it either
+                # the plan is fixed before measuring: a model torch cannot export
+                # is recorded as such, never replaced by another draw
+                doc.setdefault("not_exportable", []).append({"spec": spec, "error": f"{type(e).__name__}: {e}"[:300]})
+                failed.add(spec)
+                _save(a.out, doc)
+                continue
         prof = _cli(["profile", str(path), "--batch", str(batch)], core=a.core)
         measured = {m: float(prof.get("metrics", prof)[m]) for m in METRICS}
         doc["rows"].append({"spec": spec, "batch": batch,
