@@ -41,3 +41,25 @@ def test_varying_weights_finds_batch_dependent_weights():
     graphs = {"a/b1": graph(100.0), "a/b8": graph(100.5), "b/b1": graph(100.0), "b/b8": graph(180.0)}
     records = [{"arch_id": k.split("/")[0], "graph_key": k} for k in graphs]
     assert varying_weights(graphs, records) == ["b"]
+
+
+def test_user_check_records_a_model_torch_cannot_export_and_measures_nothing(tmp_path, monkeypatch):
+    from training.seernet import user_check
+
+    def no_export(cfg, path):
+        raise RuntimeError("Exporting the operator 'aten::rms_norm' to ONNX opset version 18 is not supported")
+
+    def no_cli(*args, **kw):
+        raise AssertionError("nothing may be measured or predicted for a model without an export")
+
+    monkeypatch.setattr(user_check, "export_onnx", no_export)
+    monkeypatch.setattr(user_check, "_cli", no_cli)
+    out = tmp_path / "check.json"
+    spec = "timm:model=resnet18,res=224"
+    args = ["--out", str(out), "--work", str(tmp_path / "w"), "--batches", "1", "4", "--specs", spec]
+    assert user_check.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == [] and [f["spec"] for f in doc["not_exportable"]] == [spec]
+    assert "rms_norm" in doc["not_exportable"][0]["error"]
+    assert user_check.main(args) == 0  # a rerun skips it: still listed once, nothing measured
+    assert len(json.loads(out.read_text())["not_exportable"]) == 1
