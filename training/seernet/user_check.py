@@ -10,8 +10,9 @@ Each spec is exported once (``training.zoo``, random weights) into
 and predicted by the CLI; rows are appended to ``--out`` as they finish (the
 file is rewritten atomically) and a rerun skips rows already there, so it
 resumes. A spec that torch cannot export is listed under ``not_exportable``
-with its error and skipped (the plan is never redrawn). ``--repredict`` keeps the measurements of an existing file and asks
-the predictor again (after a retrain). Measure on a quiet machine: the
+with its error and skipped (the plan is never redrawn). ``--repredict``
+keeps the measurements of an existing file and asks the predictor again
+(after a retrain). Measure on a quiet machine: the
 latency is a real wall time.
 """
 
