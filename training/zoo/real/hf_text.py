@@ -123,7 +123,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                     "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960}),
     "bloom-560m": ("bloom", "BloomConfig", "causal",  # bigscience/bloom-560m: ALiBi, a 251k-token vocabulary
                    {"hidden_size": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 250880}),
-    # added 2026-11-26 (session 12) for the sixth untuned check (not measured before it)
+    # added 2026-11-24 (session 12) for the sixth untuned check (not measured before it)
     "opt-350m": ("opt", "OPTConfig", "causal",  # facebook/opt-350m: post-norm, 512-wide embeddings
                  {"hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "vocab_size": 50272, "word_embed_proj_dim": 512, "do_layer_norm_before": False}),
