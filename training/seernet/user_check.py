@@ -78,6 +78,14 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def exported(spec: str, work: Path) -> Path:
+    """The ONNX file of ``spec`` in ``work``, exported there on first use."""
+    path = work / (re.sub(r"[^a-z0-9_]", "_", spec) + ".onnx")
+    if not path.exists():
+        export_onnx(parse_spec(spec), str(path))
+    return path
+
+
 def _save(path: Path, doc: dict[str, Any]) -> None:
     doc["summary"] = summary(doc["rows"])
     atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode())
@@ -100,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     if a.repredict:
         for r in tqdm(doc["rows"], desc="re-predict"):
-            path = a.work / (re.sub(r"[^a-z0-9_]", "_", r["spec"]) + ".onnx")
-            if not path.exists():
-                export_onnx(parse_spec(r["spec"]), str(path))
+            path = exported(r["spec"], a.work)
             r.update(compare({m: r[m]["measured"] for m in METRICS}, predict_row(str(path), r["batch"], a.device)))
         doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
         _save(a.out, doc)
@@ -119,17 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec, batch in tqdm(todo, desc="user check"):
         if spec in failed:
             continue
-        path = a.work / (re.sub(r"[^a-z0-9_]", "_", spec) + ".onnx")
-        if not path.exists():
-            try:
-                export_onnx(parse_spec(spec), str(path))
-            except Exception as e:  # noqa: BLE001 - any exporter failure: a user gets no ONNX of it either
-                # the plan is fixed before measuring: a model torch cannot export
-                # is recorded as such, never replaced by another draw
-                doc.setdefault("not_exportable", []).append({"spec": spec, "error": f"{type(e).__name__}: {e}"[:300]})
-                failed.add(spec)
-                _save(a.out, doc)
-                continue
+        try:
+            path = exported(spec, a.work)
+        except Exception as e:  # noqa: BLE001 - any exporter failure: a user gets no ONNX of it either
+            # the plan is fixed before measuring: a model torch cannot export
+            # is recorded as such, never replaced by another draw
+            doc.setdefault("not_exportable", []).append({"spec": spec, "error": f"{type(e).__name__}: {e}"[:300]})
+            failed.add(spec)
+            _save(a.out, doc)
+            continue
         prof = _cli(["profile", str(path), "--batch", str(batch)], core=a.core)
         measured = {m: float(prof.get("metrics", prof)[m]) for m in METRICS}
         doc["rows"].append({"spec": spec, "batch": batch,
