@@ -133,6 +133,15 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     "mt5-small-encoder": ("t5", "T5Config", "t5-encoder",  # google/mt5-small: a 250k-token vocabulary
                           {"d_model": 512, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "d_kv": 64,
                            "vocab_size": 250112, "feed_forward_proj": "gated-gelu"}),
+    # added 2026-11-24 (session 13) for the eighth untuned check (not measured before it)
+    "mobilellm-125m": ("llama", "LlamaConfig", "causal",  # facebook/MobileLLM-125M: deep and thin, 30 layers
+                       {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                        "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 32000,
+                        "tie_word_embeddings": True, "max_position_embeddings": 2048}),
+    "codegen-350m-mono": ("codegen", "CodeGenConfig", "causal",  # Salesforce/codegen-350M-mono
+                          {"n_layer": 20, "n_embd": 1024, "n_head": 16, "rotary_dim": 32, "vocab_size": 51200,
+                           "n_positions": 2048, "n_ctx": 2048}),
+    "convbert-base": ("convbert", "ConvBertConfig", "encoder", {}),  # YituTech/conv-bert-base: span conv heads
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
