@@ -1,10 +1,13 @@
 """An untuned check's draw leaves out every model the predictor may have
 seen, and is the same for the same seed; the re-extraction picks the
-architectures whose stored weights moved with the batch."""
+architectures whose stored weights moved with the batch; a user check
+records unexportable models and the speed of its measuring core."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -63,3 +66,32 @@ def test_user_check_records_a_model_torch_cannot_export_and_measures_nothing(tmp
     assert "rms_norm" in doc["not_exportable"][0]["error"]
     assert user_check.main(args) == 0  # a rerun skips it: still listed once, nothing measured
     assert len(json.loads(out.read_text())["not_exportable"]) == 1
+
+
+def test_user_check_rows_keep_a_speed_probe_taken_on_the_measuring_core(tmp_path, monkeypatch):
+    from training.seernet import user_check
+
+    core = min(os.sched_getaffinity(0))
+    affinity = os.sched_getaffinity(0)
+    seen = []
+
+    def probe():
+        seen.append(os.sched_getaffinity(0))
+        return 0.5 + len(seen)  # 1.5 before, 2.5 after: the row keeps their mean
+
+    def cli(args, core=None):
+        if args[0] == "profile":
+            return {"metrics": {"latency_ms": 10.0, "peak_mem_mb": 50.0}}
+        return {"metrics": {"latency_ms": {"value": 11.0}, "peak_mem_mb": {"value": 45.0}}}
+
+    monkeypatch.setattr(user_check, "export_onnx", lambda cfg, path: Path(path).write_bytes(b""))
+    monkeypatch.setattr(user_check, "_cli", cli)
+    monkeypatch.setattr(user_check, "speed_probe", probe)
+    out = tmp_path / "check.json"
+    args = ["--out", str(out), "--work", str(tmp_path / "w"), "--core", str(core), "--batches", "1",
+            "--specs", "timm:model=resnet18,res=224"]
+    assert user_check.main(args) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["speed_probe_ms"] == 2.0 and seen == [{core}, {core}]
+    assert os.sched_getaffinity(0) == affinity  # the caller's affinity is back
+    assert abs(row["latency_ms"]["error_pct"] - 10.0) < 1e-9 and abs(row["peak_mem_mb"]["error_pct"] + 10.0) < 1e-9

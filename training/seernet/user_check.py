@@ -9,7 +9,11 @@ Each spec is exported once (``training.zoo``, random weights) into
 ``--work``; each (spec, batch) is measured by the CLI pinned to ``--core``
 and predicted by the CLI; rows are appended to ``--out`` as they finish (the
 file is rewritten atomically) and a rerun skips rows already there, so it
-resumes. A spec that torch cannot export is listed under ``not_exportable``
+resumes. Each measured row keeps ``speed_probe_ms``, the campaign's probe of
+the measuring core (:mod:`training.campaign.probe`) run on ``--core`` right
+before and after the profile (mean of the two), so a check measured on a
+disturbed or faster core can be told apart from the training data (whose
+records carry the same probe). A spec that torch cannot export is listed under ``not_exportable``
 with its error and skipped (the plan is never redrawn). ``--repredict``
 keeps the measurements of an existing file and asks the predictor again
 (after a retrain). Measure on a quiet machine: the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,6 +36,7 @@ from tqdm import tqdm
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.profile import environment
+from training.campaign.probe import speed_probe
 from training.zoo import export_onnx, parse_spec
 
 METRICS = ("latency_ms", "peak_mem_mb")
@@ -43,6 +49,19 @@ def _cli(args: Sequence[str], core: int | None = None) -> dict[str, Any]:
         raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     out = json.loads(proc.stdout)
     return out[0] if isinstance(out, list) else out
+
+
+def probe_core(core: int | None) -> float:
+    """:func:`speed_probe` (ms) run pinned to ``core`` (this process's
+    affinity is restored after)."""
+    if core is None:
+        return speed_probe()
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        return speed_probe()
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def predict_row(model: str, batch: int, device: str) -> dict[str, Any]:
@@ -134,9 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed.add(spec)
             _save(a.out, doc)
             continue
+        probe = probe_core(a.core)
         prof = _cli(["profile", str(path), "--batch", str(batch)], core=a.core)
+        probe = (probe + probe_core(a.core)) / 2
         measured = {m: float(prof.get("metrics", prof)[m]) for m in METRICS}
-        doc["rows"].append({"spec": spec, "batch": batch,
+        doc["rows"].append({"spec": spec, "batch": batch, "speed_probe_ms": probe,
                             **compare(measured, predict_row(str(path), batch, a.device))})
         _save(a.out, doc)
     if not a.out.exists():
