@@ -142,6 +142,11 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                           {"n_layer": 20, "n_embd": 1024, "n_head": 16, "rotary_dim": 32, "vocab_size": 51200,
                            "n_positions": 2048, "n_ctx": 2048}),
     "convbert-base": ("convbert", "ConvBertConfig", "encoder", {}),  # YituTech/conv-bert-base: span conv heads
+    # added 2026-11-24 (session 13) for the ninth untuned check (not measured before it)
+    "gpt2-medium": ("gpt2", "GPT2Config", "causal", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
+    "bert-large": ("bert", "BertConfig", "encoder",  # google-bert/bert-large-uncased
+                   {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                    "intermediate_size": 4096}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
