@@ -15,11 +15,14 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 
+from perfseer_rt.calibrate.api import calibrate_from_measurements
 from perfseer_rt.calibrate.fit import fit_correction
 from perfseer_rt.calibrate.reference import materialize, references
 from perfseer_rt.cli import main
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.graph import extract
 from perfseer_rt.predict import api, local_cpu, registry
+from perfseer_rt.predict.correction import Correction
 
 BASE = "cpu-amd-epyc-1t"
 
@@ -39,12 +42,53 @@ def test_fit_recovers_a_power_law_and_prefers_one_factor_when_enough():
     rng = np.random.default_rng(0)
     base = np.exp(rng.uniform(-1, 4, 16))
     power = fit_correction("latency_ms", base, 0.7 * base ** 1.2)
-    assert power.kind == "power" and power.b == pytest.approx(1.2) and power.cv_mape < 1e-6
+    # leave-one-out: only the two end models, predicted beyond the others' range (no slope there), miss
+    assert power.kind == "power" and power.b == pytest.approx(1.2) and 0 < power.cv_mape < 1
     np.testing.assert_allclose(power.apply(base), 0.7 * base ** 1.2, rtol=1e-9)
     noisy = 1.4 * base * np.exp(rng.normal(0, 0.05, 16))
     scale = fit_correction("latency_ms", base, noisy)
     assert scale.kind == "scale" and np.exp(scale.a) == pytest.approx(1.4, rel=0.05)
     assert 0 < scale.cv_mape < 10 and scale.base_mape == pytest.approx(100 * np.mean(np.abs(base / noisy - 1)))
+
+
+def test_a_power_fit_keeps_its_end_ratio_beyond_the_range_it_was_fitted_on():
+    base = np.array([1.0, 2.0, 5.0, 10.0])
+    power = fit_correction("latency_ms", base, 0.8 * base ** 1.1)
+    assert power.kind == "power" and (power.fit_min, power.fit_max) == (1.0, 10.0)
+    at = {v: float(power.apply(v)) / v for v in (0.01, 1.0, 10.0, 1000.0, 1e5)}
+    assert at[1000.0] == pytest.approx(at[10.0]) and at[1e5] == pytest.approx(at[10.0])  # no slope beyond 10
+    assert at[0.01] == pytest.approx(at[1.0]) and at[10.0] == pytest.approx(0.8 * 10 ** 0.1)
+    # an entry written before the range was kept applies its fit everywhere, as it did
+    old = Correction.from_dict({k: v for k, v in power.to_dict().items() if not k.startswith("fit_")})
+    assert float(old.apply(1000.0)) == pytest.approx(0.8 * 1000 ** 1.1)
+
+
+def test_a_falling_slope_is_not_kept_as_a_correction():
+    base = np.array([1.0, 2.0, 4.0, 8.0])
+    corr = fit_correction("latency_ms", base, np.array([8.0, 5.0, 3.0, 2.0]))
+    assert corr.kind == "scale" and corr.b == 1.0
+
+
+def test_a_calibrated_peak_memory_correction_reaches_the_peak_and_its_parts(home):
+    """The peak a device reports is max(session creation, inference): the
+    calibration fits its memory correction on that peak and predict applies
+    it to both phases, so the peak and its parts move together."""
+    refs = references()[:4]
+    graphs = [extract(r.path, batch=r.batch) for r in refs]
+    base = api.predict(graphs, device=BASE)
+    rows = [{"latency_ms": 1.5 * b["metrics"]["latency_ms"]["value"],
+             "peak_mem_mb": 2.0 * b["metrics"]["peak_mem_mb"]["value"]} for b in base]
+    calibrate_from_measurements("twice", BASE, graphs, rows, home / "devices" / "twice", env="test rows")
+    mine = api.predict(graphs, device="twice")
+    for b, m in zip(base, mine):
+        bm, mm = b["metrics"]["peak_mem_mb"], m["metrics"]["peak_mem_mb"]
+        assert mm["value"] == pytest.approx(2.0 * bm["value"], rel=1e-4)
+        for part in ("session_load_peak_mb", "inference_run_peak_mb"):
+            assert mm["parts"][part] == pytest.approx(2.0 * bm["parts"][part], rel=1e-4)
+        assert mm["value"] == pytest.approx(max(mm["parts"]["session_load_peak_mb"],
+                                                mm["parts"]["inference_run_peak_mb"]), rel=1e-6)
+        assert m["metrics"]["latency_ms"]["value"] == pytest.approx(1.5 * b["metrics"]["latency_ms"]["value"],
+                                                                    rel=1e-4)
 
 
 def test_fit_refuses_too_few_or_bad_values():
@@ -86,7 +130,7 @@ def test_calibrate_writes_an_entry_that_predict_uses(home):
     model = references()[5].path
     [base] = api.predict(model, device=BASE)
     [mine] = api.predict(model, device="here")
-    want = np.exp(lat["a"]) * base["metrics"]["latency_ms"]["value"] ** lat["b"]
+    want = Correction.from_dict(lat).apply(base["metrics"]["latency_ms"]["value"])
     assert mine["device"] == "here"
     assert mine["metrics"]["latency_ms"]["value"] == pytest.approx(want, rel=1e-5)
     assert not any("calibrate" in w for w in mine["warnings"])  # measured here: same CPU

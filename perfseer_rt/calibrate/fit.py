@@ -30,7 +30,8 @@ def _loo(kind: str, lp: np.ndarray, ly: np.ndarray) -> np.ndarray:
     for i in range(len(ly)):
         m = np.arange(len(ly)) != i
         a, b = _fit(kind, lp[m], ly[m])
-        out[i] = a + b * lp[i]
+        c = np.clip(lp[i], lp[m].min(), lp[m].max())  # as Correction.apply: no slope beyond the fitted range
+        out[i] = a + b * c + (lp[i] - c)
     return np.exp(out)
 
 
@@ -47,8 +48,10 @@ def fit_correction(metric: str, predicted: np.ndarray, measured: np.ndarray) -> 
         raise PerfSeerError(f"{metric}: predictions and measurements must be positive numbers")
     lp, ly = np.log(p), np.log(y)
     errs = {k: np.abs(_loo(k, lp, ly) / y - 1.0) for k in KINDS}
-    kind = min(KINDS, key=lambda k: float(np.mean(errs[k])))
+    # a slope <= 0 (measurements falling as predictions rise) is noise, not a correction
+    kinds = [k for k in KINDS if k == "scale" or _fit(k, lp, ly)[1] > 0]
+    kind = min(kinds, key=lambda k: float(np.mean(errs[k])))
     a, b = _fit(kind, lp, ly)
     e = errs[kind]
     return Correction(metric, kind, a, b, len(y), float(100 * e.mean()), float(100 * (e <= 0.10).mean()),
-                      float(100 * np.mean(np.abs(p / y - 1.0))))
+                      float(100 * np.mean(np.abs(p / y - 1.0))), float(p.min()), float(p.max()))

@@ -72,6 +72,27 @@ def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | Non
     return np.concatenate(parts) if parts else np.zeros((0, len(pred.outputs)), np.float32)
 
 
+def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
+    """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
+    a calibrated entry's corrections applied (the peak-memory correction to
+    both memory phases too, so the parts stay consistent with the peak), then
+    peak memory = max(session creation, inference) where the manifest
+    combines them so. A calibration fits its corrections on this (uncorrected
+    base) quantity, so fit and use agree."""
+    values = np.array(values, dtype=np.float64)
+    col = {name: j for j, name in enumerate(pred.outputs)}
+    mem = pred.memory
+    combined = mem is not None and mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()
+    for name, corr in pred.corrections.items():
+        targets = [name, mem.load, mem.run] if combined and mem is not None and name == mem.peak else [name]
+        for t in targets:
+            if t in col:
+                values[:, col[t]] = corr.apply(values[:, col[t]])
+    if combined and mem is not None:
+        values[:, col[mem.peak]] = np.maximum(values[:, col[mem.load]], values[:, col[mem.run]])
+    return values
+
+
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     """Why this graph lies outside what the predictor was trained on."""
     data = pred.schema.training_data if pred.schema else None
@@ -186,10 +207,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
               for m in models]
     if not graphs:
         return []
-    values = run_predictor(pred, graphs, model)
-    for j, name in enumerate(pred.outputs):  # a calibrated entry corrects its base predictor
-        if name in pred.corrections:
-            values[:, j] = pred.corrections[name].apply(values[:, j])
+    values = reported(pred, run_predictor(pred, graphs, model))
     cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     unc = pred.uncertainty
@@ -197,8 +215,6 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
     results: list[dict[str, Any]] = []
     for i, (source, graph, row) in enumerate(zip(models, graphs, values)):
         out = dict(zip(pred.outputs, (float(v) for v in row)))
-        if pred.memory is not None and pred.memory.combine == "max":
-            out[pred.memory.peak] = max(out[pred.memory.load], out[pred.memory.run])
         metric_out: dict[str, dict[str, Any]] = {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted}
         result: dict[str, Any] = {
             "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
