@@ -147,6 +147,14 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     "bert-large": ("bert", "BertConfig", "encoder",  # google-bert/bert-large-uncased
                    {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                     "intermediate_size": 4096}),
+    # added 2026-11-24 (session 13) for the tenth untuned check (not measured before it)
+    "roberta-large": ("roberta", "RobertaConfig", "encoder",  # FacebookAI/roberta-large
+                      {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                       "intermediate_size": 4096, "vocab_size": 50265, "max_position_embeddings": 514,
+                       "type_vocab_size": 1}),
+    "flan-t5-base-encoder": ("t5", "T5Config", "t5-encoder",  # google/flan-t5-base
+                             {"d_model": 768, "d_ff": 2048, "num_layers": 12, "num_heads": 12, "d_kv": 64,
+                              "vocab_size": 32128, "feed_forward_proj": "gated-gelu"}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
