@@ -83,9 +83,10 @@ def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory
     combined = mem is not None and mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()
-    for name, corr in pred.corrections.items():
-        targets = [name, mem.load, mem.run] if combined and mem is not None and name == mem.peak else [name]
-        for t in targets:
+    corrections = pred.corrections
+    for name, corr in corrections.items():
+        phases = [mem.load, mem.run] if combined and mem is not None and name == mem.peak else []
+        for t in [name] + [ph for ph in phases if ph not in corrections]:  # a phase's own correction wins
             if t in col:
                 values[:, col[t]] = corr.apply(values[:, col[t]])
     if combined and mem is not None:
