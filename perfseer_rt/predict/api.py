@@ -81,15 +81,16 @@ def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
     base) quantity, so fit and use agree."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
-    mem = pred.memory
-    combined = mem is not None and mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()
+    mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
+    if mem is not None and not (mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()):
+        mem = None
     corrections = pred.corrections
     for name, corr in corrections.items():
-        phases = [mem.load, mem.run] if combined and mem is not None and name == mem.peak else []
+        phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
         for t in [name] + [ph for ph in phases if ph not in corrections]:  # a phase's own correction wins
             if t in col:
                 values[:, col[t]] = corr.apply(values[:, col[t]])
-    if combined and mem is not None:
+    if mem is not None:
         values[:, col[mem.peak]] = np.maximum(values[:, col[mem.load]], values[:, col[mem.run]])
     return values
 

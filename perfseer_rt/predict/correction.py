@@ -41,8 +41,7 @@ class Correction:
         """The corrected value(s): ``exp(a) * v ** b`` inside the fitted range,
         the ratio at the nearer end of it outside."""
         v = np.maximum(np.asarray(value, dtype=np.float64), 1e-12)
-        inside = np.clip(v, self.fit_min or 0.0, self.fit_max or np.inf)
-        inside = np.maximum(inside, 1e-12)
+        inside = np.clip(v, self.fit_min or 0.0, self.fit_max or np.inf)  # >= v's floor, so > 0
         return np.asarray(np.exp(self.a) * np.power(inside, self.b) * (v / inside))
 
     def to_dict(self) -> dict[str, Any]:

@@ -51,11 +51,9 @@ def _cli(args: Sequence[str], core: int | None = None) -> dict[str, Any]:
     return out[0] if isinstance(out, list) else out
 
 
-def probe_core(core: int | None) -> float:
+def probe_core(core: int) -> float:
     """:func:`speed_probe` (ms) run pinned to ``core`` (this process's
     affinity is restored after)."""
-    if core is None:
-        return speed_probe()
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {core})
     try:
