@@ -131,3 +131,18 @@ def test_registry_refuses_a_bad_manifest(tmp_path, monkeypatch, doc):
             registry.predictors()
     finally:
         registry.predictors.cache_clear()
+
+
+def test_migrate_upgrades_a_version_3_manifest_and_leaves_a_gpu_prior_as_it_is(tmp_path):
+    from training.seernet.migrate_manifest import migrate
+
+    doc = json.loads((ROOT / "exported_models" / "nb201-pixel3" / "manifest.json").read_text())
+    v3 = tmp_path / "v3.json"
+    v3.write_text(json.dumps({**doc, "schema_version": 3,
+                              "seernet": {k: v for k, v in doc["seernet"].items() if k != "field_scale"}}))
+    assert migrate(str(v3)) and read_manifest(v3).seernet.field_scale is None
+    assert not migrate(str(v3))  # current now
+    prior = tmp_path / "prior.json"
+    prior.write_text((ROOT / "exported_models" / "h100" / "manifest.json").read_text())
+    before = prior.read_text()
+    assert not migrate(str(prior)) and prior.read_text() == before  # its own schema: checked, not rewritten

@@ -9,8 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfseer_rt.calibrate.reference import references
+from perfseer_rt.graph import extract
+from perfseer_rt.predict import api
 from perfseer_rt.predict.explain import predictor_info
-from perfseer_rt.predict.manifest import parse_manifest
+from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles
 from training.seernet import recalibrate as rc
@@ -84,3 +87,84 @@ def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp
     real = after["seernet"]["uncertainty"]["calibration"]["real_models"]
     assert real["rows"] == 60 and real["left_out_models"] == ["timm:model=seen"]
     assert rc.main([str(folder), "--checks", str(check)]) == 2  # once: from the export's own calibration
+
+
+# ------------------------------------------------------------------ field scale
+def _source(ratios):
+    return [{"latency_ms": {"measured": float(r), "predicted": 1.0}} for r in ratios]
+
+
+def test_a_field_scale_is_kept_only_where_it_helps_the_check_file_left_out():
+    rng = np.random.default_rng(2)
+    shifted = {f"c{i}": _source(0.93 * np.exp(rng.normal(0, 0.05, 20))) for i in range(3)}
+    fit = rc.fit_field_scale(shifted, ["latency_ms", "peak_mem_mb"], "test rows")
+    kept = fit["kept"]["latency_ms"]
+    assert kept["factor"] == pytest.approx(0.93, abs=0.02) and kept["rows"] == 60
+    assert kept["loo_mape_after"] < kept["loo_mape_before"]
+    assert "peak_mem_mb" not in fit["kept"] and not fit["record"]["peak_mem_mb"]["kept"]  # no rows
+    # two files shifted in opposite directions: each one's factor, fitted on the other, makes it worse
+    opposite = {"up": _source(np.full(20, 1.1)), "down": _source(np.full(20, 0.9))}
+    assert rc.fit_field_scale(opposite, ["latency_ms"], "test rows")["kept"] == {}
+    one_file = {"c0": shifted["c0"] + shifted["c1"]}
+    assert rc.fit_field_scale(one_file, ["latency_ms"], "test rows")["kept"] == {}  # no file to leave out
+
+
+def _shipped_copy(tmp_path):
+    folder = tmp_path / "cpu"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("train"))
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["seernet"]["uncertainty"]["calibration"].pop("real_models", None)  # as exported
+    doc["seernet"]["field_scale"] = None
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    return folder, doc
+
+
+def test_a_field_scale_scales_the_reported_value_and_both_memory_phases(tmp_path):
+    folder, doc = _shipped_copy(tmp_path)
+    plain = Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc))
+    entry = {"rows": 40, "sources": ["a", "b"], "measured": "test", "loo_mape_before": 9.0,
+             "loo_mape_after": 6.0}
+    doc["seernet"]["field_scale"] = {"latency_ms": {**entry, "factor": 0.5},
+                                     "peak_mem_mb": {**entry, "factor": 2.0}}
+    scaled = Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc))
+    graphs = [extract(r.path, batch=r.batch) for r in references()[:3]]
+    raw = api.run_predictor(plain, graphs)
+    col = {n: j for j, n in enumerate(plain.outputs)}
+    before, after = api.reported(plain, raw), api.reported(scaled, raw)
+    mem = plain.memory
+    assert after[:, col["latency_ms"]] == pytest.approx(0.5 * before[:, col["latency_ms"]])
+    for name in (mem.peak, mem.load, mem.run):
+        assert after[:, col[name]] == pytest.approx(2.0 * before[:, col[name]])
+    assert "latency_ms x0.500" in predictor_info(scaled)["provenance"]
+    doc["seernet"]["field_scale"]["latency_ms"]["factor"] = 0.0
+    with pytest.raises(ManifestError, match="factor"):
+        parse_manifest(doc)
+
+
+def test_recalibrate_fits_the_field_scale_and_widens_against_the_scaled_prediction(tmp_path):
+    folder, doc = _shipped_copy(tmp_path)
+    version = predictor_info(Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc)))["version"]
+    rng = np.random.default_rng(3)
+    files = []
+    for i in range(3):
+        rows = [{"spec": f"timm:model=m{i}_{j},res=224", "distance_score": 0.0, "predictor_version": version,
+                 "latency_ms": {"measured": float(0.9 * np.exp(rng.normal(0, 0.02))), "predicted": 1.0}}
+                for j in range(20)]
+        files.append(tmp_path / f"check{i}.json")
+        files[-1].write_text(json.dumps({"rows": rows, "environment": {"measured_with": "test"}}))
+    rec = rc.recalibrate(folder, files, field_checks=files)
+    after = parse_manifest(json.loads((folder / "manifest.json").read_text()))
+    assert after.seernet.field_scale["latency_ms"].factor == pytest.approx(0.9, abs=0.01)
+    assert after.seernet.field_scale["latency_ms"].measured.endswith(": test")
+    lo, hi = rec["bins"]["latency_ms"][0]["checks_quantiles"]
+    assert lo < 0 < hi and hi - lo < 0.1  # residuals against 0.9 x predicted: centred, not at log(0.9)
+    with pytest.raises(rc.RecalibrationError, match="already"):
+        rc.recalibrate(folder, files, field_checks=files)
+
+
+def test_a_version_3_manifest_reads_as_version_4_without_a_field_scale():
+    doc = json.loads((SHIPPED / "manifest.json").read_text())
+    v3 = {**doc, "schema_version": 3, "seernet": {k: v for k, v in doc["seernet"].items() if k != "field_scale"}}
+    assert parse_manifest(v3).seernet.field_scale is None
+    with pytest.raises(ManifestError, match="not in schema version 3"):
+        parse_manifest({**v3, "seernet": {**v3["seernet"], "field_scale": None}})

@@ -95,9 +95,9 @@ def test_manifest_memory_and_interval_sections_are_checked():
     del bad["seernet"]["memory"]["baseline"]
     with pytest.raises(ManifestError, match="seernet.memory.baseline is missing"):
         parse_manifest(bad)
-    v2 = json.loads(json.dumps(doc))  # a version-2 document reads as version 3 without the sections
+    v2 = json.loads(json.dumps(doc))  # a version-2 document reads as the current one without the sections
     v2["schema_version"] = 2
-    del v2["seernet"]["uncertainty"], v2["seernet"]["memory"]
+    del v2["seernet"]["uncertainty"], v2["seernet"]["memory"], v2["seernet"]["field_scale"]
     assert parse_manifest(v2).seernet.memory is None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract, layout
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
-from perfseer_rt.predict.manifest import MemoryParts, Uncertainty, concat_graphs
+from perfseer_rt.predict.correction import Correction
+from perfseer_rt.predict.manifest import FieldScale, MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
@@ -74,22 +75,24 @@ def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | Non
 
 def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
     """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
-    a calibrated entry's corrections applied (the peak-memory correction to
-    both memory phases too, so the parts stay consistent with the peak), then
-    peak memory = max(session creation, inference) where the manifest
-    combines them so. A calibration fits its corrections on this (uncorrected
-    base) quantity, so fit and use agree."""
+    the shipped field scale applied, then a calibrated entry's corrections
+    (each metric's; the peak-memory one to both memory phases too, so the
+    parts stay consistent with the peak), then peak memory = max(session
+    creation, inference) where the manifest combines them so. A calibration
+    fits its corrections on the quantity before them (the base entry as it
+    reports), so fit and use agree."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
     if mem is not None and not (mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()):
         mem = None
-    corrections = pred.corrections
-    for name, corr in corrections.items():
-        phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
-        for t in [name] + [ph for ph in phases if ph not in corrections]:  # a phase's own correction wins
-            if t in col:
-                values[:, col[t]] = corr.apply(values[:, col[t]])
+    adjustments: list[Mapping[str, FieldScale | Correction]] = [pred.field_scale, pred.corrections]
+    for adjust in adjustments:
+        for name, how in adjust.items():
+            phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
+            for t in [name] + [ph for ph in phases if ph not in adjust]:  # a phase's own entry wins
+                if t in col:
+                    values[:, col[t]] = how.apply(values[:, col[t]])
     if mem is not None:
         values[:, col[mem.peak]] = np.maximum(values[:, col[mem.load]], values[:, col[mem.run]])
     return values

@@ -108,6 +108,10 @@ def predictor_info(pred: Predictor, model: str | None = None) -> dict[str, Any]:
     provenance = (f"trained on {data.get('configurations', '?')} measured configurations"
                   + (f" ({source})" if source else "")
                   + (f"; test MAPE {acc}" if acc else ""))
+    scales = "; ".join(f"{m} x{fs.factor:.3f}" for m, fs in pred.field_scale.items())
+    if scales:
+        provenance += (f"; field scale {scales} (median measured/predicted on real models never "
+                       "trained on, measured after the labels: see the manifest's seernet.field_scale)")
     if isinstance(pred.manifest.get("provenance"), str):  # a GPU prior: where its data came from
         provenance = pred.manifest["provenance"]
     created = str(pred.manifest.get("created", ""))[:10]

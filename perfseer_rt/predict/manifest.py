@@ -6,7 +6,8 @@ and the predictor's inputs.
 unknown field is a :class:`ManifestError` naming it (``models[1].sha256``),
 never a default. Fields that may be empty are written explicitly as ``null``.
 
-Layout (``schema_version`` 3; a version-2 document is read as version 3
+Layout (``schema_version`` 4; a version-3 document is read as version 4
+with ``seernet.field_scale`` null, :func:`upgrade_v3`; a version-2 one also
 with ``seernet.uncertainty`` and ``seernet.memory`` null, :func:`upgrade_v2`)::
 
     format, schema_version, kind        "perfseer-rt-predictor", 2, "seernet"
@@ -63,7 +64,7 @@ from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
 _T = TypeVar("_T")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
 OUTPUT_NAMES = ("y",)
@@ -211,6 +212,31 @@ class MemoryParts:
 
 
 @dataclass(frozen=True)
+class FieldScale:
+    """One metric's shift between the training labels and what the shipped
+    profiler measures today on real models the predictor never trained on.
+
+    ``factor`` (dimensionless) multiplies the model's output as reported
+    (the peak-memory factor also both memory phases): the median of
+    ``measured / predicted`` over ``rows`` measured rows of ``sources``
+    (user-check files). ``loo_mape_before`` / ``loo_mape_after`` (%) are the
+    MAPE on those rows without it and with the factor fitted on the other
+    sources only (leave one source out): it is kept only where that falls.
+    ``measured`` says when and how the rows were measured."""
+
+    factor: float
+    rows: int
+    sources: tuple[str, ...]
+    measured: str
+    loo_mape_before: float
+    loo_mape_after: float
+
+    def apply(self, value: np.ndarray | float) -> np.ndarray:
+        """The scaled value(s), in the metric's unit."""
+        return np.asarray(value, dtype=np.float64) * self.factor
+
+
+@dataclass(frozen=True)
 class SeerNetSection:
     """Kind ``"seernet"``: GNN predictors in ONNX (normalisation baked in)."""
 
@@ -221,6 +247,8 @@ class SeerNetSection:
     session: Session
     uncertainty: Union[Uncertainty, None]
     memory: Union[MemoryParts, None]
+    #: metric -> its field scale (:class:`FieldScale`); null: none
+    field_scale: Union[dict[str, FieldScale], None]
 
 
 @dataclass(frozen=True)
@@ -433,6 +461,8 @@ def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
         raise ManifestError(f"manifest: expected an object, got {type(doc).__name__}")
     if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
         doc = upgrade_v2(doc)
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 3:
+        doc = upgrade_v3(doc)
     fmt = doc.get("format")
     if fmt != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
         raise ManifestError(
@@ -482,6 +512,12 @@ def _check(m: Manifest) -> None:
             if mem.combine not in ("max", "direct"):
                 raise ManifestError(f"manifest field seernet.memory.combine: {mem.combine!r}, "
                                     "expected 'max' or 'direct'")
+        for name, fs in (m.section.field_scale or {}).items():
+            if name not in m.metric_names:
+                raise ManifestError(f"manifest field seernet.field_scale.{name}: not one of the metrics")
+            if not fs.factor > 0:
+                raise ManifestError(f"manifest field seernet.field_scale.{name}.factor: {fs.factor}, "
+                                    "expected > 0")
         unc = m.section.uncertainty
         if unc is not None:
             if not len(unc.features) == len(unc.mean) == len(unc.std):
@@ -508,12 +544,24 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise ManifestError(f"{path}: {exc}") from None
 
 
+def upgrade_v3(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema-version-3 document as version 4: the same predictor, without
+    a field scale (``seernet.field_scale`` null)."""
+    out = {**doc, "schema_version": 4}
+    if isinstance(doc.get("seernet"), dict):
+        if "field_scale" in doc["seernet"]:
+            raise ManifestError("manifest field seernet.field_scale is not in schema version 3")
+        out["seernet"] = {**doc["seernet"], "field_scale": None}
+    return out
+
+
 def upgrade_v2(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A schema-version-2 document as version 3: the same predictor, without
-    intervals or memory parts (``seernet.uncertainty`` and ``seernet.memory``
-    null); an absent ``mode``/``step`` (allowed in version 2) becomes
-    ``"inference"``/null, what it meant there."""
-    out = {"mode": "inference", "step": None, **doc, "schema_version": SCHEMA_VERSION}
+    """A schema-version-2 document as version 3 (read on by :func:`upgrade_v3`):
+    the same predictor, without intervals or memory parts
+    (``seernet.uncertainty`` and ``seernet.memory`` null); an absent
+    ``mode``/``step`` (allowed in version 2) becomes ``"inference"``/null,
+    what it meant there."""
+    out = {"mode": "inference", "step": None, **doc, "schema_version": 3}
     if isinstance(doc.get("seernet"), dict):
         section = dict(doc["seernet"])
         for name in ("uncertainty", "memory"):
@@ -558,7 +606,8 @@ def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
         "seernet": {"models": models, "default_model": doc["default_model"],
                     "normalization": doc["normalization"],
                     "normalization_baked_in": doc["normalization_baked_in"],
-                    "session": doc["session"], "uncertainty": None, "memory": None},
+                    "session": doc["session"], "uncertainty": None, "memory": None,
+                    "field_scale": None},
     }
 
 

@@ -24,7 +24,7 @@ from perfseer_rt.gpu.manifest import KIND as KIND_GPU_PRIOR
 from perfseer_rt.gpu.manifest import parse_gpu_prior
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
-from perfseer_rt.predict.manifest import Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
+from perfseer_rt.predict.manifest import FieldScale, Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -49,6 +49,12 @@ class Predictor:
         """metric -> correction of the base predictor's output (calibrated entries only)."""
         cal = self.manifest.get("calibration") or {}
         return {m: Correction.from_dict(c) for m, c in (cal.get("corrections") or {}).items()}
+
+    @property
+    def field_scale(self) -> dict[str, FieldScale]:
+        """metric -> its field scale (shipped seernet entries that have one;
+        a calibrated entry keeps its base's)."""
+        return dict(self.schema.seernet.field_scale or {}) if self.schema is not None else {}
 
     def _models_section(self) -> dict[str, Any]:
         """The dict holding ``models`` and ``default_model``: the ``seernet``

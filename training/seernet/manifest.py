@@ -119,6 +119,7 @@ def write_manifest(path: str | os.PathLike, *, device: str, description: str | d
             "session": {"intra_op_num_threads": INTRA_OP_THREADS},
             "uncertainty": uncertainty,
             "memory": memory,
+            "field_scale": None,  # set from field measurements by training.seernet.recalibrate
         },
     }
     manifest = json.loads(json.dumps(manifest, default=_json_default))  # numpy -> JSON types

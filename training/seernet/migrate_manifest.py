@@ -12,20 +12,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.predict.manifest import FORMAT, ManifestError, parse_manifest, upgrade_v1, upgrade_v2
+from perfseer_rt.predict.manifest import FORMAT, ManifestError, parse_manifest, upgrade_v1, upgrade_v2, upgrade_v3
+from perfseer_rt.predict.registry import SEPARATE_SCHEMA_KINDS, typed_manifest
 
 
 def migrate(path: str) -> bool:
-    """Upgrade one file; False when it already follows the current schema."""
+    """Upgrade one file; False when it already follows the current schema
+    or is of a kind with its own schema (``gpu-prior``: checked, left as is)."""
     with open(path) as f:
         doc = json.load(f)
+    if isinstance(doc, dict) and doc.get("kind") in SEPARATE_SCHEMA_KINDS:
+        typed_manifest(Path(path), doc)
+        return False
     if doc.get("format") == "perfseer-rt-predictor/1":
         new = upgrade_v1(doc)
     elif doc.get("format") == FORMAT and doc.get("schema_version") == 2:
-        new = upgrade_v2(doc)
+        new = upgrade_v3(upgrade_v2(doc))
+    elif doc.get("format") == FORMAT and doc.get("schema_version") == 3:
+        new = upgrade_v3(doc)
     else:
         parse_manifest(doc)  # current already: only check it
         return False

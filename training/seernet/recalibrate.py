@@ -21,6 +21,19 @@ quantiles of all the checks' residuals of that metric. What it did is kept in
 
 The check files used here are spent as accuracy evidence for this
 predictor's intervals: coverage must be read on a check measured after.
+
+**Field scale** (``--field-scale-checks``): the labels were measured over
+days on shared machines whose speed drifts; real models measured later with
+the shipped profiler can sit a few percent off them as a whole (session 14:
+every check of sessions 12-13 measured 0.92-0.94x the predicted latency,
+while the profiler and the campaign agree on the same day). Given checks
+measured after the labels, of models never trained on, each metric's
+factor is the median of ``measured / predicted`` over their rows; it is
+validated leaving one check file out (the factor fitted on the others,
+MAPE on the one left out, pooled) and kept only where that MAPE falls. The
+kept factors go into ``seernet.field_scale`` (applied by
+:func:`perfseer_rt.predict.api.reported`), and the widening above then
+reads every check's residual against the scaled prediction.
 """
 
 from __future__ import annotations
@@ -89,6 +102,61 @@ def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     return {"intervals": new, "record": record}
 
 
+def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(100 * np.mean(np.abs(pred / meas - 1)))
+
+
+def _median_ratio(pm: np.ndarray) -> float:
+    """Median of measured / predicted over rows ``[predicted, measured]`` (geometric, as a log median)."""
+    return float(np.exp(np.median(np.log(pm[:, 1] / pm[:, 0]))))
+
+
+def fit_field_scale(sources: dict[str, Sequence[dict[str, Any]]], metrics: Sequence[str],
+                    measured: str) -> dict[str, Any]:
+    """Each metric's field scale (see the module doc) from ``sources``
+    (check file -> its rows) and what was decided.
+
+    Returns ``{"kept": {metric: FieldScale fields}, "record": {metric: dict}}``:
+    a metric is kept only with rows from at least two sources, at least
+    :data:`MIN_BIN` rows, and a leave-one-source-out MAPE below the MAPE
+    without a factor.
+    """
+    kept: dict[str, Any] = {}
+    record: dict[str, Any] = {}
+    for metric in metrics:
+        by_src = {}
+        for src, rows in sources.items():
+            pm = np.array([(r[metric]["predicted"], r[metric]["measured"]) for r in rows
+                           if r.get(metric) and r[metric]["predicted"] > 0 and r[metric]["measured"] > 0],
+                          dtype=np.float64).reshape(-1, 2)
+            if len(pm):
+                by_src[src] = pm
+        n = sum(len(pm) for pm in by_src.values())
+        if len(by_src) < 2 or n < MIN_BIN:
+            record[metric] = {"kept": False, "why": f"{n} rows from {len(by_src)} check files "
+                                                     f"(needs >= {MIN_BIN} from >= 2)"}
+            continue
+        every = np.concatenate(list(by_src.values()))
+        factor = _median_ratio(every)
+        loo_pred = np.concatenate([
+            pm[:, 0] * _median_ratio(np.concatenate([o for s, o in by_src.items() if s != src]))
+            for src, pm in by_src.items()])
+        before, after = _mape(every[:, 0], every[:, 1]), _mape(loo_pred, every[:, 1])
+        entry = {"factor": factor, "rows": n, "sources": sorted(by_src), "measured": measured,
+                 "loo_mape_before": before, "loo_mape_after": after}
+        record[metric] = {**entry, "kept": after < before,
+                          "per_source_factor": {src: _median_ratio(pm) for src, pm in by_src.items()}}
+        if after < before:
+            kept[metric] = entry
+    return {"kept": kept, "record": record}
+
+
+def scaled_rows(rows: Sequence[dict[str, Any]], factors: dict[str, float]) -> list[dict[str, Any]]:
+    """``rows`` with each metric's ``predicted`` multiplied by its factor."""
+    return [{**r, **{m: {**r[m], "predicted": r[m]["predicted"] * f} for m, f in factors.items() if r.get(m)}}
+            for r in rows]
+
+
 def model_name(spec: str) -> str:
     """``family:model=NAME`` of a zoo spec, without resolution or sequence length."""
     return spec.split(",")[0]
@@ -99,8 +167,36 @@ def trained_models(datasets: Sequence[Path]) -> set[str]:
     return {model_name(str(r["spec"])) for r in read_records(datasets) if r.get("spec")} if datasets else set()
 
 
-def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str] = frozenset()) -> dict[str, Any]:
-    """Rewrite ``predictor/manifest.json`` with widened intervals; returns the record.
+def _check_rows(files: Sequence[Path], version: str, exclude: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+    """file -> its rows of models not in ``exclude``, each file predicted by ``version``."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for f in files:
+        rows_f = json.loads(Path(f).read_text()).get("rows", [])
+        stale = sorted({str(r.get("predictor_version")) for r in rows_f} - {version})
+        if stale:
+            raise RecalibrationError(f"{f}: rows predicted by {', '.join(stale)}, not by {version}; "
+                                     "run `python -m training.seernet.user_check --repredict` first")
+        out[str(f)] = [r for r in rows_f if model_name(str(r.get("spec", ""))) not in exclude]
+    return out
+
+
+def _measured_with(files: Sequence[Path]) -> str:
+    """How the check files were measured (their environment blocks), one line."""
+    seen = []
+    for f in files:
+        env = json.loads(Path(f).read_text()).get("environment") or {}
+        line = (f"{env.get('cpu_model', '?')} family {env.get('cpu_family', '?')} model "
+                f"{env.get('cpu_model_id', '?')}: {env.get('measured_with', '?')}")
+        if line not in seen:
+            seen.append(line)
+    return "; ".join(seen)
+
+
+def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str] = frozenset(),
+                field_checks: Sequence[Path] = ()) -> dict[str, Any]:
+    """Rewrite ``predictor/manifest.json`` with a field scale fitted on
+    ``field_checks`` (if any) and intervals widened with ``checks``, read
+    against the scaled predictions; returns the record.
 
     Rows of a model in ``exclude`` (:func:`model_name`, e.g. the models the
     predictor trained on at some batch or sequence length) are left out: their
@@ -108,36 +204,35 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
 
     Raises:
         RecalibrationError: a check predicted by another predictor version,
-            or rows without distance scores (predict them again first).
+            or a predictor widened or scaled already (export it again).
     """
     path = predictor / "manifest.json"
     doc = json.loads(path.read_text())
     pred = Predictor(doc["device"]["name"], predictor, doc, schema=parse_manifest(doc))
     version = predictor_info(pred)["version"]
     unc = doc["seernet"]["uncertainty"]
-    if "real_models" in unc["calibration"]:
-        raise RecalibrationError(f"{path}: already widened with real-model checks "
-                                 f"({', '.join(unc['calibration']['real_models']['checks'])}); "
+    if "real_models" in unc["calibration"] or doc["seernet"].get("field_scale"):
+        raise RecalibrationError(f"{path}: already widened or scaled with real-model checks; "
                                  "export the predictor again to start from its own calibration")
-    found: list[dict[str, Any]] = []
-    for f in checks:
-        rows_f = json.loads(Path(f).read_text()).get("rows", [])
-        stale = sorted({str(r.get("predictor_version")) for r in rows_f} - {version})
-        if stale:
-            raise RecalibrationError(f"{f}: rows predicted by {', '.join(stale)}, not by {version}; "
-                                     "run `python -m training.seernet.user_check --repredict` first")
-        found.extend(rows_f)
-    names = [model_name(str(r.get("spec", ""))) for r in found]
-    rows = [r for r, n in zip(found, names) if n not in exclude]
+    found = _check_rows(checks, version, exclude)
+    rows = [r for rs in found.values() for r in rs]
+    names = {model_name(str(r.get("spec", ""))) for f in checks
+             for r in json.loads(Path(f).read_text()).get("rows", [])}
+    scale = (fit_field_scale(_check_rows(field_checks, version, exclude), list(unc["intervals"]),
+                             _measured_with(field_checks)) if field_checks else None)
+    if scale is not None:
+        doc["seernet"]["field_scale"] = scale["kept"] or None
+        rows = scaled_rows(rows, {m: fs["factor"] for m, fs in scale["kept"].items()})
     out = widen(unc["intervals"], rows)
     unc["intervals"] = out["intervals"]
     unc["calibration"]["real_models"] = {
         "checks": [str(f) for f in checks], "rows": len(rows),
-        "left_out_models": sorted(set(exclude) & set(names)),
+        "left_out_models": sorted(set(exclude) & names),
         "bins": out["record"],
+        "field_scale": scale["record"] if scale is not None else None,
         "method": "per metric and distance bin: union of the shipped conformal interval and the "
-                  "split-conformal interval of the checks' log(measured/predicted) (a bin with < "
-                  f"{MIN_BIN} check residuals takes all of the metric's)"}
+                  "split-conformal interval of the checks' log(measured/predicted), predicted with "
+                  f"the field scale if any (a bin with < {MIN_BIN} check residuals takes all of the metric's)"}
     try:
         parse_manifest(doc)
     except ManifestError as exc:  # a bug here, not in the user's input
@@ -154,9 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="user-check files predicted by this predictor")
     ap.add_argument("--training-data", nargs="*", type=Path, default=[], metavar="DIR",
                     help="the predictor's dataset folders: check rows of models in them are left out")
+    ap.add_argument("--field-scale-checks", nargs="*", type=Path, default=[], metavar="FILE",
+                    help="user-check files measured after the labels, predicted by this predictor: "
+                         "fit the field scale on them (module doc)")
     a = ap.parse_args(argv)
     try:
-        rec = recalibrate(a.predictor, a.checks, trained_models(a.training_data))
+        rec = recalibrate(a.predictor, a.checks, trained_models(a.training_data), a.field_scale_checks)
     except (RecalibrationError, ManifestError, DatasetError, OSError, json.JSONDecodeError) as exc:
         print(f"recalibrate: error: {exc}", file=sys.stderr)
         return 2
