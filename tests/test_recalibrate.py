@@ -135,7 +135,9 @@ def test_a_field_scale_scales_the_reported_value_and_both_memory_phases(tmp_path
     assert after[:, col["latency_ms"]] == pytest.approx(0.5 * before[:, col["latency_ms"]])
     for name in (mem.peak, mem.load, mem.run):
         assert after[:, col[name]] == pytest.approx(2.0 * before[:, col[name]])
-    assert "latency_ms x0.500" in predictor_info(scaled)["provenance"]
+    info = predictor_info(scaled)
+    assert "latency_ms x0.500" in info["provenance"]
+    assert info["version"] == predictor_info(plain)["version"] + " field-scale:latency_msx0.5000,peak_mem_mbx2.0000"
     doc["seernet"]["field_scale"]["latency_ms"]["factor"] = 0.0
     with pytest.raises(ManifestError, match="factor"):
         parse_manifest(doc)

@@ -117,9 +117,10 @@ def predictor_info(pred: Predictor, model: str | None = None) -> dict[str, Any]:
     created = str(pred.manifest.get("created", ""))[:10]
     sha = str(entry.get("sha256", ""))[:12]
     kind = entry.get("architecture") or entry.get("kind", name)  # schema 2 / schema 1 and gpu-prior
-    return {"device": pred.device, "kind": kind, "model": name,
-            "version": " ".join(x for x in (created, f"sha256:{sha}" if sha else "") if x)
-            or "unknown",
+    scaled = ",".join(f"{m}x{fs.factor:.4f}" for m, fs in pred.field_scale.items())
+    version = " ".join(x for x in (created, f"sha256:{sha}" if sha else "",
+                                   f"field-scale:{scaled}" if scaled else "") if x)
+    return {"device": pred.device, "kind": kind, "model": name, "version": version or "unknown",
             "provenance": provenance, "description": device_description(pred)}
 
 
