@@ -54,13 +54,7 @@ def test_wider_real_residuals_widen_their_bin_and_narrow_ones_leave_it():
 
 
 def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp_path):
-    # the shipped CPU predictor is part of the repository: a real exported manifest
-    folder = tmp_path / "cpu"
-    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("train"))
-    doc = json.loads((folder / "manifest.json").read_text())
-    # as exported: without an earlier widening (the shipped one may have been widened already)
-    doc["seernet"]["uncertainty"]["calibration"].pop("real_models", None)
-    (folder / "manifest.json").write_text(json.dumps(doc))
+    folder, doc = _shipped_copy(tmp_path)
     version = predictor_info(Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc)))["version"]
     unc = doc["seernet"]["uncertainty"]
     before = unc["intervals"]["peak_mem_mb"]["bins"]
@@ -105,11 +99,16 @@ def test_a_field_scale_is_kept_only_where_it_helps_the_check_file_left_out():
     # two files shifted in opposite directions: each one's factor, fitted on the other, makes it worse
     opposite = {"up": _source(np.full(20, 1.1)), "down": _source(np.full(20, 0.9))}
     assert rc.fit_field_scale(opposite, ["latency_ms"], "test rows")["kept"] == {}
+    unshifted = {f"c{i}": _source(np.exp(rng.normal(0, 0.1, 20))) for i in range(3)}
+    record = rc.fit_field_scale(unshifted, ["latency_ms"], "test rows")["record"]["latency_ms"]
+    assert not record["kept"] and record["loo_mape_after"] > record["loo_mape_before"] - rc.MIN_GAIN
     one_file = {"c0": shifted["c0"] + shifted["c1"]}
     assert rc.fit_field_scale(one_file, ["latency_ms"], "test rows")["kept"] == {}  # no file to leave out
 
 
 def _shipped_copy(tmp_path):
+    """The shipped CPU predictor (part of the repository: a real exported
+    manifest) as exported: without its widening and field scale."""
     folder = tmp_path / "cpu"
     shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("train"))
     doc = json.loads((folder / "manifest.json").read_text())

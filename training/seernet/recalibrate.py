@@ -30,7 +30,8 @@ while the profiler and the campaign agree on the same day). Given checks
 measured after the labels, of models never trained on, each metric's
 factor is the median of ``measured / predicted`` over their rows; it is
 validated leaving one check file out (the factor fitted on the others,
-MAPE on the one left out, pooled) and kept only where that MAPE falls. The
+MAPE on the one left out, pooled) and kept only where that MAPE falls by at
+least :data:`MIN_GAIN` points (a factor that moves nothing is not shipped). The
 kept factors go into ``seernet.field_scale`` (applied by
 :func:`perfseer_rt.predict.api.reported`), and the widening above then
 reads every check's residual against the scaled prediction.
@@ -53,6 +54,10 @@ from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles
 from training.seernet.data import DatasetError, read_records
 from training.seernet.uncertainty import MIN_BIN
+
+
+#: Percentage points of leave-one-check-out MAPE a field scale must gain to be kept.
+MIN_GAIN = 0.5
 
 
 class RecalibrationError(ValueError):
@@ -118,8 +123,8 @@ def fit_field_scale(sources: dict[str, Sequence[dict[str, Any]]], metrics: Seque
 
     Returns ``{"kept": {metric: FieldScale fields}, "record": {metric: dict}}``:
     a metric is kept only with rows from at least two sources, at least
-    :data:`MIN_BIN` rows, and a leave-one-source-out MAPE below the MAPE
-    without a factor.
+    :data:`MIN_BIN` rows, and a leave-one-source-out MAPE at least
+    :data:`MIN_GAIN` points below the MAPE without a factor.
     """
     kept: dict[str, Any] = {}
     record: dict[str, Any] = {}
@@ -144,9 +149,10 @@ def fit_field_scale(sources: dict[str, Sequence[dict[str, Any]]], metrics: Seque
         before, after = _mape(every[:, 0], every[:, 1]), _mape(loo_pred, every[:, 1])
         entry = {"factor": factor, "rows": n, "sources": sorted(by_src), "measured": measured,
                  "loo_mape_before": before, "loo_mape_after": after}
-        record[metric] = {**entry, "kept": after < before,
+        keep = after <= before - MIN_GAIN
+        record[metric] = {**entry, "kept": keep,
                           "per_source_factor": {src: _median_ratio(pm) for src, pm in by_src.items()}}
-        if after < before:
+        if keep:
             kept[metric] = entry
     return {"kept": kept, "record": record}
 
