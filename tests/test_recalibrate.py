@@ -21,15 +21,15 @@ from training.seernet import recalibrate as rc
 SHIPPED = Path(__file__).resolve().parents[1] / "exported_models" / "cpu-amd-epyc-1t"
 
 
-def _rows(log_ratios, scores, version="v"):
+def _rows(log_ratios, scores, version="v", batch=1):
     return [{"latency_ms": {"measured": float(np.exp(r)), "predicted": 1.0}, "distance_score": float(s),
-             "predictor_version": version} for r, s in zip(log_ratios, scores)]
+             "predictor_version": version, "batch": batch} for r, s in zip(log_ratios, scores)]
 
 
 def _intervals(lo=-0.1, hi=0.1, threshold=0.5):
     return {"latency_ms": {"coverage": 0.9, "bins": [
-        {"max_score": threshold, "lo": lo, "hi": hi, "count": 100},
-        {"max_score": None, "lo": 2 * lo, "hi": 2 * hi, "count": 100}]}}
+        {"max_score": threshold, "max_batch": None, "lo": lo, "hi": hi, "count": 100},
+        {"max_score": None, "max_batch": None, "lo": 2 * lo, "hi": 2 * hi, "count": 100}]}}
 
 
 def test_wider_real_residuals_widen_their_bin_and_narrow_ones_leave_it():
@@ -41,7 +41,7 @@ def test_wider_real_residuals_widen_their_bin_and_narrow_ones_leave_it():
     lo, hi = conformal_quantiles(wide, 0.9)
     assert (inner["lo"], inner["hi"]) == pytest.approx((min(-0.1, lo), max(0.1, hi))) and inner["hi"] > 0.5
     assert outer["hi"] >= hi  # a bin without 30 checks takes all of the metric's
-    assert out["record"]["latency_ms"][1]["pooled"] and not out["record"]["latency_ms"][0]["pooled"]
+    assert out["record"]["latency_ms"][1]["pooled"] == "all" and out["record"]["latency_ms"][0]["pooled"] == "none"
     held = np.mean([(inner["lo"] <= r <= inner["hi"]) for r in rng.normal(0.2, 0.3, 2000)])
     assert held >= 0.87  # the widened bin holds its coverage on new draws of the checks' kind
 
@@ -53,6 +53,22 @@ def test_wider_real_residuals_widen_their_bin_and_narrow_ones_leave_it():
     assert few["intervals"] == _intervals() and "left" in few["record"]["latency_ms"]
 
 
+def test_check_rows_widen_the_bin_of_their_batch_size_only():
+    bins = [{"max_score": 0.5, "max_batch": b, "lo": -0.1, "hi": 0.1, "count": 100} for b in (1, 8, None)]
+    bins += [{"max_score": None, "max_batch": None, "lo": -0.2, "hi": 0.2, "count": 100}]
+    intervals = {"latency_ms": {"coverage": 0.9, "bins": bins}}
+    rng = np.random.default_rng(4)
+    rows = (_rows(rng.normal(0, 0.01, 40), np.full(40, 0.1), batch=1)
+            + _rows(rng.normal(0, 0.01, 40), np.full(40, 0.1), batch=4)
+            + _rows(rng.normal(0, 0.5, 40), np.full(40, 0.1), batch=16))
+    out = rc.widen(intervals, rows)
+    new = out["intervals"]["latency_ms"]["bins"]
+    assert [(b["lo"], b["hi"]) for b in new[:2]] == [(-0.1, 0.1), (-0.1, 0.1)]  # batch 1 and 2-8: narrow checks
+    assert new[2]["hi"] > 0.5 and new[2]["lo"] < -0.5  # batch > 8: the wide ones
+    assert [r["checks"] for r in out["record"]["latency_ms"]] == [40, 40, 40, 0]
+    assert out["record"]["latency_ms"][3]["pooled"] == "all"  # no row beyond the threshold: all rows
+
+
 def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp_path):
     folder, doc = _shipped_copy(tmp_path)
     version = predictor_info(Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc)))["version"]
@@ -60,6 +76,7 @@ def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp
     before = unc["intervals"]["peak_mem_mb"]["bins"]
     rng = np.random.default_rng(1)
     rows = [{"spec": f"timm:model=m{i % 20},res=224", "distance_score": 0.0, "predictor_version": version,
+             "batch": 1,
              "peak_mem_mb": {"measured": float(np.exp(r)), "predicted": 1.0}}
             for i, r in enumerate(rng.normal(0.3, 0.3, 60))]
     rows += [{**rows[0], "spec": "timm:model=seen,res=256"}] * 5  # trained on: left out
@@ -149,6 +166,7 @@ def test_recalibrate_fits_the_field_scale_and_widens_against_the_scaled_predicti
     files = []
     for i in range(3):
         rows = [{"spec": f"timm:model=m{i}_{j},res=224", "distance_score": 0.0, "predictor_version": version,
+                 "batch": 1,
                  "latency_ms": {"measured": float(0.9 * np.exp(rng.normal(0, 0.02))), "predicted": 1.0}}
                 for j in range(20)]
         files.append(tmp_path / f"check{i}.json")

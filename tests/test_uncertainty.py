@@ -11,7 +11,7 @@ import pytest
 from perfseer_rt import extract
 from perfseer_rt.graph import layout
 from perfseer_rt.predict import uncertainty as ru
-from perfseer_rt.predict.manifest import ManifestError, parse_manifest
+from perfseer_rt.predict.manifest import ManifestError, MetricInterval, parse_manifest, parse_section
 from tests.test_extract import conv_chain
 
 torch = pytest.importorskip("torch")
@@ -56,6 +56,24 @@ def test_threshold_separates_bad_from_good_configs():
     t = unc.choose_threshold(scores, errors)
     rates = unc.fire_rates(scores, errors, t)
     assert rates["fires_on_error_gt_25_pct"] == 100.0 and rates["fires_on_error_le_10_pct"] == 0.0
+
+
+def test_intervals_are_calibrated_per_batch_group_and_looked_up_by_batch():
+    rng = np.random.default_rng(5)
+    n = 600
+    batches = rng.choice([1, 4, 16, 64], n)
+    spread = np.where(batches > 8, 0.4, 0.05)  # large batches err more, as memory does
+    true = np.exp(rng.normal(0, spread))[:, None]
+    s = unc.PredictionSet("val", true, np.ones((n, 1)), np.full(n, 0.1), batches)
+    section = unc.calibrate([s], ["peak_mem_mb"])
+    iv = parse_section(MetricInterval, section["intervals"]["peak_mem_mb"], "iv")
+    assert [b.max_batch for b in iv.bins] == 2 * list(ru.BATCH_GROUPS)  # per score bin
+    small, mid, large = (ru.bin_interval(iv, 0.1, b) for b in (1, 4, 32))
+    assert large.hi - large.lo > 4 * (small.hi - small.lo) and large.hi - large.lo > 4 * (mid.hi - mid.lo)
+    held = unc.evaluate(section, unc.PredictionSet(
+        "new", np.exp(rng.normal(0, spread))[:, None], np.ones((n, 1)), np.full(n, 0.1), batches),
+        ["peak_mem_mb"])["coverage"]["peak_mem_mb"]["by_batch"]
+    assert min(held.values()) >= 80  # each batch keeps about the stated 90 % on a new draw
 
 
 def test_memory_combination_takes_the_larger_phase():

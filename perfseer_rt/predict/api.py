@@ -119,10 +119,11 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
 
 
 def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float) -> None:
-    """Intervals on each metric, and a warning when the graph lies beyond the
-    calibrated distance threshold (:mod:`perfseer_rt.predict.uncertainty`)."""
+    """Intervals on each metric (for the result's distance score and batch
+    size), and a warning when the graph lies beyond the calibrated distance
+    threshold (:mod:`perfseer_rt.predict.uncertainty`)."""
     for name, m in result["metrics"].items():
-        iv = uncertainty.interval(unc, name, distance)
+        iv = uncertainty.interval(unc, name, distance, result["batch"])
         if iv is not None:
             m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
     result["distance"] = {"score": distance, "threshold": unc.threshold}

@@ -156,10 +156,12 @@ class Session:
 @dataclass(frozen=True)
 class IntervalBin:
     """Quantiles of ``log(measured / predicted)`` for graphs whose distance
-    score is at most ``max_score`` (null: any score), from ``count``
-    calibration residuals."""
+    score is at most ``max_score`` (null: any score) and whose batch size is
+    at most ``max_batch`` (null: any batch), from ``count`` calibration
+    residuals. A graph takes the first bin of its metric that takes it."""
 
     max_score: Union[float, None]
+    max_batch: Union[int, None]
     lo: float
     hi: float
     count: int
@@ -527,9 +529,10 @@ def _check(m: Manifest) -> None:
                 if name not in m.metric_names:
                     raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}: "
                                         "not one of the metrics")
-                if not iv.bins or iv.bins[-1].max_score is not None:
+                if not iv.bins or iv.bins[-1].max_score is not None or iv.bins[-1].max_batch is not None:
                     raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.bins: "
-                                        "the last bin must take any score (max_score null)")
+                                        "the last bin must take any score and batch (max_score and "
+                                        "max_batch null)")
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -546,12 +549,20 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 def upgrade_v3(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A schema-version-3 document as version 4: the same predictor, without
-    a field scale (``seernet.field_scale`` null)."""
+    a field scale (``seernet.field_scale`` null), its interval bins taking
+    any batch size (``max_batch`` null)."""
     out = {**doc, "schema_version": 4}
     if isinstance(doc.get("seernet"), dict):
         if "field_scale" in doc["seernet"]:
             raise ManifestError("manifest field seernet.field_scale is not in schema version 3")
-        out["seernet"] = {**doc["seernet"], "field_scale": None}
+        section = {**doc["seernet"], "field_scale": None}
+        unc = section.get("uncertainty")
+        if isinstance(unc, dict) and isinstance(unc.get("intervals"), dict):
+            section["uncertainty"] = {**unc, "intervals": {
+                m: {**iv, "bins": [{**b, "max_batch": None} if isinstance(b, dict) else b
+                                   for b in iv.get("bins", [])]} if isinstance(iv, dict) else iv
+                for m, iv in unc["intervals"].items()}}
+        out["seernet"] = section
     return out
 
 

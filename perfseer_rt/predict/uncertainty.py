@@ -14,9 +14,10 @@ and shipped in the manifest's ``seernet.uncertainty`` section:
   threshold, which was chosen on held-out families where the predictor's
   errors were known.
 * **Intervals.** Split conformal on ``log(measured / predicted)``, one pair of
-  quantiles per metric and per score bin (in distribution / beyond the
-  threshold), so a graph far from the training data gets the wider interval
-  that such graphs needed on held-out data. ``coverage`` is the share of
+  quantiles per metric and per bin of score (in distribution / beyond the
+  threshold) and batch size (:data:`BATCH_GROUPS`), so a graph far from the
+  training data, or run at a large batch, gets the wider interval that such
+  graphs needed on held-out data. ``coverage`` is the share of
   measurements the interval is meant to hold (e.g. 0.9).
 """
 
@@ -35,6 +36,10 @@ from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.manifest import MetricInterval, Uncertainty
 
+#: Upper batch sizes of the interval bins within a score bin (None: any):
+#: memory errors grow with the batch (activations), so batch 1, 2-8 and
+#: larger batches are calibrated apart.
+BATCH_GROUPS: tuple[int | None, ...] = (1, 8, None)
 #: Weight of the operator-mix features against the standardised globals: a
 #: graph made only of operators the training set never used sits ~3 apart.
 OP_MIX_SCALE = 3.0
@@ -142,15 +147,20 @@ def scores(unc: Uncertainty, folder: Path, graphs: Sequence[Any]) -> np.ndarray:
     return distance_scores(standardize(raw, np.array(unc.mean), np.array(unc.std)), ref, unc.k)
 
 
-def interval(unc: Uncertainty, metric: str, score: float) -> Interval | None:
-    """The calibrated interval of ``metric`` for a graph of this ``score``."""
+def interval(unc: Uncertainty, metric: str, score: float, batch: int) -> Interval | None:
+    """The calibrated interval of ``metric`` for a graph of this ``score`` and batch size."""
     iv = unc.intervals.get(metric)
-    return None if iv is None else bin_interval(iv, score)
+    return None if iv is None else bin_interval(iv, score, batch)
 
 
-def bin_interval(iv: MetricInterval, score: float) -> Interval | None:
-    """The interval of the first bin of ``iv`` that takes this ``score``."""
+def takes(max_score: float | None, max_batch: int | None, score: float, batch: int) -> bool:
+    """Whether a bin bounded so takes a graph of this score and batch size."""
+    return (max_score is None or score <= max_score) and (max_batch is None or batch <= max_batch)
+
+
+def bin_interval(iv: MetricInterval, score: float, batch: int) -> Interval | None:
+    """The interval of the first bin of ``iv`` that takes this ``score`` and ``batch``."""
     for b in iv.bins:
-        if b.max_score is None or score <= b.max_score:
+        if takes(b.max_score, b.max_batch, score, batch):
             return Interval(b.lo, b.hi, iv.coverage)
     return None

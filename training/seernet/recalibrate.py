@@ -51,10 +51,9 @@ from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
-from perfseer_rt.predict.uncertainty import conformal_quantiles
+from perfseer_rt.predict.uncertainty import conformal_quantiles, takes
 from training.seernet.data import DatasetError, read_records
 from training.seernet.uncertainty import MIN_BIN
-
 
 #: Percentage points of leave-one-check-out MAPE a field scale must gain to be kept.
 MIN_GAIN = 0.5
@@ -64,21 +63,26 @@ class RecalibrationError(ValueError):
     """A check file or predictor that cannot be used (the message names it)."""
 
 
-def check_residuals(rows: Sequence[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(log(measured / predicted), distance score)`` of every row with both."""
-    r, s = [], []
+def check_residuals(rows: Sequence[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log(measured / predicted), distance score, batch size)`` of every row with all three."""
+    r, s, b = [], [], []
     for row in rows:
         m, score = row.get(metric), row.get("distance_score")
-        if not m or score is None or not (m["measured"] > 0 and m["predicted"] > 0):
+        if not m or score is None or row.get("batch") is None or not (m["measured"] > 0 and m["predicted"] > 0):
             continue
         r.append(np.log(m["measured"] / m["predicted"]))
         s.append(float(score))
-    return np.array(r, dtype=np.float64), np.array(s, dtype=np.float64)
+        b.append(int(row["batch"]))
+    return np.array(r, dtype=np.float64), np.array(s, dtype=np.float64), np.array(b, dtype=np.int64)
 
 
 def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """New ``intervals`` (manifest form; each bin's ``max_score`` bounds the
-    distance scores of its rows) and a record of what changed.
+    """New ``intervals`` (manifest form) and a record of what changed.
+
+    Each check row goes to the first bin that takes its distance score and
+    batch size (as at prediction). A bin with fewer than :data:`MIN_BIN`
+    rows takes the quantiles of the rows of its batch group whatever their
+    score, or of all the metric's rows if that group is short too.
 
     Returns ``{"intervals": ..., "record": {metric: [per-bin dict]}}``; a
     metric with fewer than :data:`MIN_BIN` check residuals is left as it was.
@@ -86,23 +90,30 @@ def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     new = json.loads(json.dumps(intervals))
     record: dict[str, Any] = {}
     for metric, iv in new.items():
-        r, s = check_residuals(rows, metric)
+        r, s, bt = check_residuals(rows, metric)
         if len(r) < MIN_BIN:
             record[metric] = {"left": f"{len(r)} check residuals (< {MIN_BIN})"}
             continue
-        all_lo, all_hi = conformal_quantiles(r, iv["coverage"])
-        lower = -np.inf
+        where = np.array([next(i for i, b in enumerate(iv["bins"])
+                               if takes(b["max_score"], b["max_batch"], sc, ba))
+                          for sc, ba in zip(s, bt)])
         bins = []
-        for b in iv["bins"]:
-            upper = np.inf if b["max_score"] is None else b["max_score"]
-            sel = (s > lower) & (s <= upper)
-            lo, hi = conformal_quantiles(r[sel], iv["coverage"]) if sel.sum() >= MIN_BIN else (all_lo, all_hi)
-            bins.append({"max_score": b["max_score"], "checks": int(sel.sum()),
-                         "pooled": bool(sel.sum() < MIN_BIN), "before": [b["lo"], b["hi"]],
-                         "checks_quantiles": [lo, hi]})
+        for i, b in enumerate(iv["bins"]):
+            sel = where == i
+            fallback = "none"
+            if sel.sum() < MIN_BIN:  # the rows of its batch group, else all
+                group = np.array([takes(None, b["max_batch"], 0.0, ba) for ba in bt])
+                lower_groups = [o["max_batch"] for o in iv["bins"][:i]
+                                if o["max_score"] == b["max_score"] and o["max_batch"] is not None]
+                group &= bt > max(lower_groups, default=0)
+                use_group = MIN_BIN <= group.sum() < len(r)
+                sel, fallback = (group, "batch group") if use_group else (np.ones(len(r), bool), "all")
+            lo, hi = conformal_quantiles(r[sel], iv["coverage"])
+            bins.append({"max_score": b["max_score"], "max_batch": b["max_batch"],
+                         "checks": int((where == i).sum()), "pooled": fallback,
+                         "before": [b["lo"], b["hi"]], "checks_quantiles": [lo, hi]})
             b["lo"], b["hi"] = min(b["lo"], lo), max(b["hi"], hi)
-            b["count"] = int(b["count"] + sel.sum())
-            lower = upper
+            b["count"] = int(b["count"] + (where == i).sum())
         record[metric] = bins
     return {"intervals": new, "record": record}
 

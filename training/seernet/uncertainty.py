@@ -13,7 +13,8 @@ The warning threshold on the distance score is the one that best separates,
 on these data, configurations with an error above 25 % from those within
 10 % (Youden's J). The intervals are split-conformal quantiles of
 ``log(measured / predicted)`` per metric, one pair below the threshold and
-one above. Both are then *checked* on the real-model held-out split, which
+one above, each split by batch size
+(:data:`perfseer_rt.predict.uncertainty.BATCH_GROUPS`). Both are then *checked* on the real-model held-out split, which
 neither the shipped model nor the calibration saw.
 """
 
@@ -108,6 +109,7 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
     (without the feature/reference fields, which the exporter adds).
     """
     scores = np.concatenate([s.scores for s in sets])
+    batches = np.concatenate([s.batches for s in sets])
     errors = np.concatenate([_config_error(s) for s in sets])
     ok = np.isfinite(errors)
     threshold = choose_threshold(scores[ok], errors[ok])
@@ -118,24 +120,43 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
         good = np.isfinite(true) & np.isfinite(pred) & (true > 0) & (pred > 0)
         if good.sum() < MIN_BIN:
             continue
-        r, sc = np.log(true[good] / pred[good]), scores[good]
+        r, sc, bt = np.log(true[good] / pred[good]), scores[good], batches[good]
         inside = sc <= threshold
-        out = ~inside if (~inside).sum() >= MIN_BIN else np.argsort(sc)[-MIN_BIN:]
-        bins: list[dict[str, Any]] = []
-        for sel, max_score in ((inside, threshold), (out, None)):
-            lo, hi = ru.conformal_quantiles(r[sel], coverage)
-            bins.append({"max_score": max_score, "lo": lo, "hi": hi, "count": int(np.size(r[sel]))})
-        if bins[0]["count"] < MIN_BIN:  # too few in distribution: one bin for all
-            lo, hi = ru.conformal_quantiles(r, coverage)
-            bins = [{"max_score": None, "lo": lo, "hi": hi, "count": int(len(r))}]
-        intervals[m] = {"coverage": coverage, "bins": bins}
+        out = ~inside
+        if out.sum() < MIN_BIN:  # a sparse out-of-distribution bin: the highest-scored residuals
+            out = np.zeros(len(r), bool)
+            out[np.argsort(sc)[-MIN_BIN:]] = True
+        score_bins = [(inside, threshold), (out, None)]
+        if inside.sum() < MIN_BIN:  # too few in distribution: one score bin for all
+            score_bins = [(np.ones(len(r), bool), None)]
+        intervals[m] = {"coverage": coverage,
+                        "bins": [b for sel, max_score in score_bins
+                                 for b in batch_bins(r, bt, sel, max_score, coverage)]}
     return {"threshold": float(threshold), "intervals": intervals,
             "calibration": {"sets": {s.name: int(len(s.scores)) for s in sets},
                             "warning_on_calibration": fire_rates(scores[ok], errors[ok], threshold),
                             "method": "split conformal on log(measured/predicted), per metric, "
-                                      "one bin below and one above the distance threshold; "
+                                      "one bin below and one above the distance threshold, "
+                                      f"each split by batch size (groups up to {ru.BATCH_GROUPS}); "
                                       "threshold maximises fire rate on >25 % errors minus "
                                       "fire rate on <=10 % errors"}}
+
+
+def batch_bins(r: np.ndarray, batches: np.ndarray, sel: np.ndarray, max_score: float | None,
+               coverage: float) -> list[dict[str, Any]]:
+    """The bins of one score bin (residuals ``r[sel]``), one per
+    :data:`perfseer_rt.predict.uncertainty.BATCH_GROUPS` group; a group with
+    fewer than :data:`MIN_BIN` residuals takes the score bin's quantiles."""
+    pooled = ru.conformal_quantiles(r[sel], coverage)
+    out, lower = [], 0
+    for max_batch in ru.BATCH_GROUPS:
+        group = sel & (batches > lower) & (True if max_batch is None else batches <= max_batch)
+        n = int(group.sum())
+        lo, hi = ru.conformal_quantiles(r[group], coverage) if n >= MIN_BIN else pooled
+        out.append({"max_score": max_score, "max_batch": max_batch, "lo": lo, "hi": hi,
+                    "count": n if n >= MIN_BIN else int(sel.sum())})
+        lower = max_batch if max_batch is not None else lower
+    return out
 
 
 def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
@@ -150,7 +171,7 @@ def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
         hit, batch = [], []
         for g in range(len(s.scores)):
             t, p = s.true[g, j], s.pred[g, j]
-            q = ru.bin_interval(iv, s.scores[g])
+            q = ru.bin_interval(iv, s.scores[g], int(s.batches[g]))
             if q is None or not (np.isfinite(t) and np.isfinite(p) and t > 0 and p > 0):
                 continue
             lo, hi = q.around(p)
