@@ -43,7 +43,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -127,7 +127,7 @@ def _median_ratio(pm: np.ndarray) -> float:
     return float(np.exp(np.median(np.log(pm[:, 1] / pm[:, 0]))))
 
 
-def fit_field_scale(sources: dict[str, Sequence[dict[str, Any]]], metrics: Sequence[str],
+def fit_field_scale(sources: Mapping[str, Sequence[dict[str, Any]]], metrics: Sequence[str],
                     measured: str) -> dict[str, Any]:
     """Each metric's field scale (see the module doc) from ``sources``
     (check file -> its rows) and what was decided.
