@@ -223,8 +223,9 @@ class FieldScale:
     ``measured / predicted`` over ``rows`` measured rows of ``sources``
     (user-check files). ``loo_mape_before`` / ``loo_mape_after`` (%) are the
     MAPE on those rows without it and with the factor fitted on the other
-    sources only (leave one source out): it is kept only where that falls.
-    ``measured`` says when and how the rows were measured."""
+    sources only (leave one source out): it is kept only where that falls by
+    at least ``training.seernet.recalibrate.MIN_GAIN`` points. ``measured``
+    says on what CPU and how the rows were measured."""
 
     factor: float
     rows: int

@@ -1,7 +1,9 @@
 """Widen a shipped predictor's intervals with what real models measured.
 
     python -m training.seernet.recalibrate exported_models/cpu-amd-epyc-1t \\
-        --checks reports/cpu-amd-epyc-1t/user_check_holdout2.json ...
+        --checks reports/cpu-amd-epyc-1t/user_check_holdout2.json ... \\
+        --training-data data/cpu-amd-epyc-1t/inference ... \\
+        --field-scale-checks reports/cpu-amd-epyc-1t/user_check_holdout10.json ...
 
 The shipped intervals are split-conformal quantiles of ``log(measured /
 predicted)`` on held-out architectures and held-out families of the
@@ -11,12 +13,13 @@ inside the 90 % interval for 56 % of real models. This tool takes user
 checks (:mod:`training.seernet.user_check` files, predicted by *this*
 predictor with ``--repredict``: rows carry ``distance_score``) of models
 the predictor never trained on, computes the same conformal quantiles on
-their residuals per metric and distance bin, and sets each bin to the union
-of its old interval and the checks' one. The union keeps the stated coverage
-for a model like the training data's held-out ones *and* for a model like the
+their residuals per metric and bin (distance score and batch group, as
+the shipped bins are cut), and sets each bin to the union of its old
+interval and the checks' one. The union keeps the stated coverage for a
+model like the training data's held-out ones *and* for a model like the
 checks' real ones (each source's own conformal guarantee), at the price of
-width. A bin with fewer than :data:`MIN_BIN` check residuals takes the
-quantiles of all the checks' residuals of that metric. What it did is kept in
+width. A bin with fewer than :data:`MIN_BIN` check residuals takes those of
+its batch group, else all the checks' residuals of that metric. What it did is kept in
 ``seernet.uncertainty.calibration.real_models`` of the manifest.
 
 The check files used here are spent as accuracy evidence for this
@@ -26,7 +29,7 @@ predictor's intervals: coverage must be read on a check measured after.
 days on shared machines whose speed drifts; real models measured later with
 the shipped profiler can sit a few percent off them as a whole (session 14:
 every check of sessions 12-13 measured 0.92-0.94x the predicted latency,
-while the profiler and the campaign agree on the same day). Given checks
+while the profiler and the campaign read the same models alike). Given checks
 measured after the labels, of models never trained on, each metric's
 factor is the median of ``measured / predicted`` over their rows; it is
 validated leaving one check file out (the factor fitted on the others,
