@@ -462,10 +462,7 @@ def parse_manifest(doc: Mapping[str, Any]) -> Manifest:
     """
     if not isinstance(doc, dict):
         raise ManifestError(f"manifest: expected an object, got {type(doc).__name__}")
-    if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
-        doc = upgrade_v2(doc)
-    if doc.get("format") == FORMAT and doc.get("schema_version") == 3:
-        doc = upgrade_v3(doc)
+    doc = upgrade(doc)
     fmt = doc.get("format")
     if fmt != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
         raise ManifestError(
@@ -546,6 +543,17 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         return parse_manifest(doc)
     except ManifestError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def upgrade(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``doc`` read up to the current schema version if it is an older
+    version of this format (2 or 3, in steps); any other document is returned
+    as it is (the same object, so a caller can tell nothing was upgraded)."""
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
+        doc = upgrade_v2(doc)
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 3:
+        doc = upgrade_v3(doc)
+    return doc
 
 
 def upgrade_v3(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from perfseer_rt.predict.manifest import FORMAT, ManifestError, parse_manifest, upgrade_v1, upgrade_v2, upgrade_v3
+from perfseer_rt.predict.manifest import ManifestError, parse_manifest, upgrade, upgrade_v1
 from perfseer_rt.predict.registry import SEPARATE_SCHEMA_KINDS, typed_manifest
 
 
@@ -28,13 +28,8 @@ def migrate(path: str) -> bool:
     if isinstance(doc, dict) and doc.get("kind") in SEPARATE_SCHEMA_KINDS:
         typed_manifest(Path(path), doc)
         return False
-    if doc.get("format") == "perfseer-rt-predictor/1":
-        new = upgrade_v1(doc)
-    elif doc.get("format") == FORMAT and doc.get("schema_version") == 2:
-        new = upgrade_v3(upgrade_v2(doc))
-    elif doc.get("format") == FORMAT and doc.get("schema_version") == 3:
-        new = upgrade_v3(doc)
-    else:
+    new = upgrade_v1(doc) if doc.get("format") == "perfseer-rt-predictor/1" else upgrade(doc)
+    if new is doc:
         parse_manifest(doc)  # current already: only check it
         return False
     parse_manifest(new)

@@ -187,24 +187,30 @@ def trained_models(datasets: Sequence[Path]) -> set[str]:
     return {model_name(str(r["spec"])) for r in read_records(datasets) if r.get("spec")} if datasets else set()
 
 
-def _check_rows(files: Sequence[Path], version: str, exclude: Collection[str]) -> dict[str, list[dict[str, Any]]]:
-    """file -> its rows of models not in ``exclude``, each file predicted by ``version``."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def _read_checks(files: Sequence[Path], version: str) -> dict[str, dict[str, Any]]:
+    """file -> its check document, each file's rows predicted by ``version``."""
+    docs: dict[str, dict[str, Any]] = {}
     for f in files:
-        rows_f = json.loads(Path(f).read_text()).get("rows", [])
-        stale = sorted({str(r.get("predictor_version")) for r in rows_f} - {version})
+        doc = json.loads(Path(f).read_text())
+        stale = sorted({str(r.get("predictor_version")) for r in doc.get("rows", [])} - {version})
         if stale:
             raise RecalibrationError(f"{f}: rows predicted by {', '.join(stale)}, not by {version}; "
                                      "run `python -m training.seernet.user_check --repredict` first")
-        out[str(f)] = [r for r in rows_f if model_name(str(r.get("spec", ""))) not in exclude]
-    return out
+        docs[str(f)] = doc
+    return docs
 
 
-def _measured_with(files: Sequence[Path]) -> str:
+def _rows_of(docs: Mapping[str, dict[str, Any]], exclude: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+    """file -> its rows of models not in ``exclude``."""
+    return {f: [r for r in doc.get("rows", []) if model_name(str(r.get("spec", ""))) not in exclude]
+            for f, doc in docs.items()}
+
+
+def _measured_with(docs: Mapping[str, dict[str, Any]]) -> str:
     """How the check files were measured (their environment blocks), one line."""
     seen = []
-    for f in files:
-        env = json.loads(Path(f).read_text()).get("environment") or {}
+    for doc in docs.values():
+        env = doc.get("environment") or {}
         line = (f"{env.get('cpu_model', '?')} family {env.get('cpu_family', '?')} model "
                 f"{env.get('cpu_model_id', '?')}: {env.get('measured_with', '?')}")
         if line not in seen:
@@ -234,12 +240,12 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
     if "real_models" in unc["calibration"] or doc["seernet"].get("field_scale"):
         raise RecalibrationError(f"{path}: already widened or scaled with real-model checks; "
                                  "export the predictor again to start from its own calibration")
-    found = _check_rows(checks, version, exclude)
-    rows = [r for rs in found.values() for r in rs]
-    names = {model_name(str(r.get("spec", ""))) for f in checks
-             for r in json.loads(Path(f).read_text()).get("rows", [])}
-    scale = (fit_field_scale(_check_rows(field_checks, version, exclude), list(unc["intervals"]),
-                             _measured_with(field_checks)) if field_checks else None)
+    docs = _read_checks(checks, version)
+    rows = [r for rs in _rows_of(docs, exclude).values() for r in rs]
+    names = {model_name(str(r.get("spec", ""))) for doc in docs.values() for r in doc.get("rows", [])}
+    field = _read_checks(field_checks, version)
+    scale = (fit_field_scale(_rows_of(field, exclude), list(unc["intervals"]), _measured_with(field))
+             if field else None)
     if scale is not None:
         doc["seernet"]["field_scale"] = scale["kept"] or None
         rows = scaled_rows(rows, {m: fs["factor"] for m, fs in scale["kept"].items()})
@@ -250,9 +256,10 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
         "left_out_models": sorted(set(exclude) & names),
         "bins": out["record"],
         "field_scale": scale["record"] if scale is not None else None,
-        "method": "per metric and distance bin: union of the shipped conformal interval and the "
-                  "split-conformal interval of the checks' log(measured/predicted), predicted with "
-                  f"the field scale if any (a bin with < {MIN_BIN} check residuals takes all of the metric's)"}
+        "method": "per metric and bin (distance score, batch group): union of the shipped conformal "
+                  "interval and the split-conformal interval of the checks' log(measured/predicted), "
+                  f"predicted with the field scale if any (a bin with < {MIN_BIN} check residuals takes "
+                  "those of its batch group, else all of the metric's)"}
     try:
         parse_manifest(doc)
     except ManifestError as exc:  # a bug here, not in the user's input
