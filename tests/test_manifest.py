@@ -10,6 +10,7 @@ import pytest
 
 from perfseer_rt.predict.manifest import KIND_SECTIONS, ManifestError, parse_manifest, read_manifest
 from perfseer_rt.predict.registry import SEPARATE_SCHEMA_KINDS
+from tests.manifest_versions import as_version
 
 ROOT = Path(__file__).parents[1]
 ALL_SHIPPED = sorted((ROOT / "exported_models").glob("*/manifest.json"))
@@ -96,6 +97,35 @@ def test_wrong_types_versions_and_kinds(doc):
         parse_manifest(bad)
 
 
+def test_disagreement_and_scaled_intervals_are_checked_and_a_version_4_reads_without_them(doc):
+    def with_scale(scale, floor, disagreement):
+        bad = copy.deepcopy(doc)
+        unc = bad["seernet"]["uncertainty"]
+        unc["intervals"]["peak_mem_mb"].update(scale=scale, floor=floor)
+        unc["disagreement"] = disagreement
+        return bad
+
+    ok = {"model": "seernet_gbm", "output": "gap", "thresholds": {"peak_mem_mb": 0.1}, "calibration": {}}
+    m = parse_manifest(with_scale("disagreement", 0.05, ok))
+    assert m.seernet.uncertainty.intervals["peak_mem_mb"].floor == 0.05
+    assert m.seernet.uncertainty.disagreement.thresholds == {"peak_mem_mb": 0.1}
+    for scale, floor, dis, message in [
+            ("disagreement", 0.05, None, "needs seernet.uncertainty.disagreement"),
+            ("disagreement", None, ok, "a floor > 0"),
+            ("none", 0.05, ok, "floor: set on an unscaled interval"),
+            ("wider", None, ok, "'wider' is not one of"),
+            ("none", None, {**ok, "model": "nope"}, "disagreement.model: 'nope'"),
+            ("none", None, {**ok, "thresholds": {"nope_ms": 0.1}}, "thresholds.nope_ms")]:
+        with pytest.raises(ManifestError, match=message):
+            parse_manifest(with_scale(scale, floor, dis))
+    v4 = as_version(with_scale("none", None, ok), 4)
+    parsed = parse_manifest(v4).seernet.uncertainty
+    assert parsed.disagreement is None and {iv.scale for iv in parsed.intervals.values()} == {"none"}
+    v4["seernet"]["uncertainty"]["disagreement"] = None
+    with pytest.raises(ManifestError, match="not in schema version 4"):
+        parse_manifest(v4)
+
+
 def test_a_new_kind_carries_its_own_section(doc, monkeypatch):
     """Another kind (e.g. a GPU prior) registers its section; the common part stays."""
     from dataclasses import dataclass
@@ -138,8 +168,7 @@ def test_migrate_upgrades_a_version_3_manifest_and_leaves_a_gpu_prior_as_it_is(t
 
     doc = json.loads((ROOT / "exported_models" / "nb201-pixel3" / "manifest.json").read_text())
     v3 = tmp_path / "v3.json"
-    v3.write_text(json.dumps({**doc, "schema_version": 3,
-                              "seernet": {k: v for k, v in doc["seernet"].items() if k != "field_scale"}}))
+    v3.write_text(json.dumps(as_version(doc, 3)))
     assert migrate(str(v3)) and read_manifest(v3).seernet.field_scale is None
     assert not migrate(str(v3))  # current now
     prior = tmp_path / "prior.json"

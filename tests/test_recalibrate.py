@@ -16,6 +16,7 @@ from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles
+from tests.manifest_versions import as_version
 from training.seernet import recalibrate as rc
 
 SHIPPED = Path(__file__).resolve().parents[1] / "exported_models" / "cpu-amd-epyc-1t"
@@ -51,6 +52,25 @@ def test_wider_real_residuals_widen_their_bin_and_narrow_ones_leave_it():
 
     few = rc.widen(_intervals(), _rows(wide[:10], np.full(10, 0.1)))
     assert few["intervals"] == _intervals() and "left" in few["record"]["latency_ms"]
+
+
+def test_a_disagreement_scaled_metric_widens_with_residuals_over_its_unit():
+    intervals = {"latency_ms": {"coverage": 0.9, "scale": "disagreement", "floor": 0.05, "bins": [
+        {"max_score": None, "max_batch": None, "lo": -1.0, "hi": 1.0, "count": 100}]}}
+    rng = np.random.default_rng(2)
+    gaps = rng.exponential(0.2, 200)
+    rows = _rows(rng.normal(0, 1.0, 200) * 2 * (0.05 + gaps), np.zeros(200))
+    for row, g in zip(rows, gaps):
+        row["latency_ms"]["gap"] = float(-g if g > 0.2 else g)  # |gap| counts, not its sign
+    out = rc.widen(intervals, rows)
+    [b] = out["intervals"]["latency_ms"]["bins"]
+    want = conformal_quantiles(np.array([np.log(r["latency_ms"]["measured"]) / (0.05 + g)
+                                         for r, g in zip(rows, gaps)]), 0.9)
+    assert (b["lo"], b["hi"]) == pytest.approx((min(-1.0, want[0]), max(1.0, want[1])))
+    assert out["intervals"]["latency_ms"]["scale"] == "disagreement"
+    del rows[3]["latency_ms"]["gap"]
+    with pytest.raises(rc.RecalibrationError, match="no latency_ms gap"):
+        rc.widen(intervals, rows)
 
 
 def test_check_rows_widen_the_bin_of_their_batch_size_only():
@@ -183,7 +203,7 @@ def test_recalibrate_fits_the_field_scale_and_widens_against_the_scaled_predicti
 
 def test_a_version_3_manifest_reads_as_version_4_without_a_field_scale():
     doc = json.loads((SHIPPED / "manifest.json").read_text())
-    v3 = {**doc, "schema_version": 3, "seernet": {k: v for k, v in doc["seernet"].items() if k != "field_scale"}}
+    v3 = as_version(doc, 3)
     assert parse_manifest(v3).seernet.field_scale is None
     with pytest.raises(ManifestError, match="not in schema version 3"):
         parse_manifest({**v3, "seernet": {**v3["seernet"], "field_scale": None}})

@@ -79,6 +79,12 @@ def test_report_end_to_end(tmp_path, capsys):
     for j, m in enumerate(("latency_ms", "peak_mem_mb")):
         mape = float(np.mean(np.abs(yb[:, j] - true[:, j]) / true[:, j]) * 100)
         assert abs(mape - blend["metrics"][m]["mape"]) < 1e-2
+    # its second output is the two models' gap, log(SeerNet) - log(GBM): log y = log SeerNet - (1 - w) gap
+    gap = run_onnx(exp / "seernet_gbm.onnx", **a, output="gap")
+    w = np.array([blend["weights"][m] for m in ("latency_ms", "peak_mem_mb")])
+    np.testing.assert_allclose(np.log(y) - np.log(yb), (1 - w) * gap, atol=2e-4)
+    dis = manifest["seernet"]["uncertainty"]["disagreement"]
+    assert (dis is not None) == (manifest["seernet"]["default_model"] == "seernet_gbm")
 
 
 @pytest.mark.slow  # trains the report's models end to end (~17 s on the loaded 2-core machine)
@@ -169,12 +175,17 @@ def test_user_check_scores_signed_errors_and_interval_coverage():
     pred = {"metrics": {"latency_ms": {"value": 11.0, "interval": [9.0, 12.0]},
                         "peak_mem_mb": {"value": 50.0, "interval": [45.0, 55.0]}},
             "warnings": ["far from the training data (distance score 0.30 > 0.17): ..."]}
+    pred["metrics"]["peak_mem_mb"]["disagreement"] = -0.4
     a = compare({"latency_ms": 10.0, "peak_mem_mb": 100.0}, pred)
     assert a["latency_ms"]["error_pct"] == pytest.approx(10.0) and a["latency_ms"]["inside_interval"]
     assert a["peak_mem_mb"]["error_pct"] == pytest.approx(-50.0) and not a["peak_mem_mb"]["inside_interval"]
-    assert a["ood_warning"]
-    b = compare({"latency_ms": 11.0, "peak_mem_mb": 50.0}, {**pred, "warnings": []})
+    assert a["ood_warning"] and not a["disagreement_warning"]
+    assert a["peak_mem_mb"]["gap"] == -0.4 and a["latency_ms"]["gap"] is None
+    b = compare({"latency_ms": 11.0, "peak_mem_mb": 50.0},
+                {**pred, "warnings": ["the two models of the predictor disagree on peak_mem_mb by 49 % ..."]})
+    assert b["disagreement_warning"] and not b["ood_warning"]
     s = summary([a, b])
+    assert s["ood_warning"] == 1 and s["disagreement_warning"] == 1
     assert s["pairs"] == 2 and s["latency_ms"]["mape"] == pytest.approx(5.0)
     assert s["peak_mem_mb"]["coverage"] == pytest.approx(50.0)
     assert s["peak_mem_mb"]["median_error"] == pytest.approx(-25.0)

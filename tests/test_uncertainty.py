@@ -11,7 +11,7 @@ import pytest
 from perfseer_rt import extract
 from perfseer_rt.graph import layout
 from perfseer_rt.predict import uncertainty as ru
-from perfseer_rt.predict.manifest import ManifestError, MetricInterval, parse_manifest, parse_section
+from perfseer_rt.predict.manifest import ManifestError, MemoryParts, MetricInterval, parse_manifest, parse_section
 from tests.test_extract import conv_chain
 
 torch = pytest.importorskip("torch")
@@ -74,6 +74,54 @@ def test_intervals_are_calibrated_per_batch_group_and_looked_up_by_batch():
         "new", np.exp(rng.normal(0, spread))[:, None], np.ones((n, 1)), np.full(n, 0.1), batches),
         ["peak_mem_mb"])["coverage"]["peak_mem_mb"]["by_batch"]
     assert min(held.values()) >= 80  # each batch keeps about the stated 90 % on a new draw
+
+
+def test_disagreement_scales_intervals_and_warns_where_the_two_models_part():
+    """Errors that grow with the gap between the blend's two models: the
+    calibration ships gap-scaled intervals (narrower on average than plain
+    ones, and covering both where the models agree and where they do not on
+    a new draw) and a warning on the gap; plain residuals keep plain bins."""
+    rng = np.random.default_rng(7)
+    n = 900
+
+    def draw():
+        gap = rng.exponential(0.1, n)
+        return np.exp(rng.normal(0, 0.02 + 1.5 * gap))[:, None], gap[:, None]
+
+    true, gap = draw()
+    ones, score, batch = np.ones((n, 1)), np.full(n, 0.1), np.full(n, 4)
+    section = unc.calibrate([unc.PredictionSet("val", true, ones, score, batch, gap)], ["peak_mem_mb"],
+                            gap_model="seernet_gbm")
+    iv = parse_section(MetricInterval, section["intervals"]["peak_mem_mb"], "iv")
+    assert iv.scale == "disagreement" and iv.floor in unc.FLOORS
+    widths = section["disagreement"]["calibration"]["mean_interval_width"]["peak_mem_mb"]
+    assert widths[f"floor {iv.floor:g}"] < widths["plain"]
+    assert section["disagreement"]["model"] == "seernet_gbm" and "peak_mem_mb" in section["disagreement"]["thresholds"]
+    narrow, wide = ru.metric_interval(iv, 0.1, 4, 0.01), ru.metric_interval(iv, 0.1, 4, -0.5)
+    assert wide.hi - wide.lo > 5 * (narrow.hi - narrow.lo)  # |gap| sets the width, whatever its sign
+    assert ru.metric_interval(iv, 0.1, 4, None) is None  # a scaled interval needs the gap
+    new_true, new_gap = draw()
+    new = unc.PredictionSet("new", new_true, ones, score, batch, new_gap)
+    held = unc.evaluate(section, new, ["peak_mem_mb"])
+    assert held["coverage"]["peak_mem_mb"]["held"] >= 85
+    far = new_gap[:, 0] > np.quantile(new_gap, 0.8)
+    part = unc.evaluate(section, unc.PredictionSet("far", new_true[far], ones[far], score[far], batch[far],
+                                                   new_gap[far]), ["peak_mem_mb"])
+    assert part["coverage"]["peak_mem_mb"]["held"] >= 80  # where the models part, too
+    assert held["any_warning"]["fires_on_error_gt_25_pct"] > held["any_warning"]["fires_on_error_le_10_pct"]
+    plain = unc.calibrate([unc.PredictionSet("val", np.exp(rng.normal(0, 0.1, (n, 1))), ones, score, batch,
+                                             gap)], ["peak_mem_mb"], gap_model="seernet_gbm")
+    assert plain["intervals"]["peak_mem_mb"]["scale"] == "none"  # the gap says nothing here
+
+
+def test_peak_gap_is_that_of_the_larger_phase():
+    metrics = ["peak_mem_mb", "load_peak_mb", "run_peak_mb"]
+    mem = MemoryParts("peak_mem_mb", "load_peak_mb", "run_peak_mb", "max", None, "")
+    values = np.array([[80.0, 80.0, 60.0], [70.0, 20.0, 70.0]])
+    gap = np.array([[0.9, 0.1, 0.2], [0.9, 0.3, 0.4]])
+    assert ru.phase_gaps(gap, values, metrics, mem)[:, 0].tolist() == [0.1, 0.4]
+    direct = MemoryParts("peak_mem_mb", "load_peak_mb", "run_peak_mb", "direct", None, "")
+    assert ru.phase_gaps(gap, values, metrics, direct)[:, 0].tolist() == [0.9, 0.9]
 
 
 def test_memory_combination_takes_the_larger_phase():

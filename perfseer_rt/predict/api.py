@@ -14,12 +14,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from perfseer_rt.errors import MetricError
+from perfseer_rt.errors import MetricError, PerfSeerError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.graph import PerfGraph, extract, layout
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.correction import Correction
-from perfseer_rt.predict.manifest import FieldScale, MemoryParts, Uncertainty, concat_graphs
+from perfseer_rt.predict.manifest import OUTPUT_NAMES, FieldScale, MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor, get_predictor
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
@@ -62,15 +62,43 @@ def chunks(graphs: Sequence[PerfGraph], max_nodes: int = CHUNK_NODES) -> list[Se
     return runs + [graphs[start:]] if len(graphs) else runs
 
 
+def run_outputs(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None,
+                outputs: Sequence[str] = OUTPUT_NAMES, chunk_nodes: int = CHUNK_NODES) -> list[np.ndarray]:
+    """The ONNX ``outputs`` of ``model`` (default: the device's default model),
+    each ``[G, M]`` in the manifest's metric order, ``chunk_nodes`` nodes or
+    so per onnxruntime call.
+
+    Raises:
+        PerfSeerError: the model's ONNX file has no output of one of those names.
+    """
+    sess = _session(str(pred.model_file(model)), pred.threads)
+    have = {o.name for o in sess.get_outputs()}
+    if not set(outputs) <= have:
+        raise PerfSeerError(f"{pred.model_file(model)}: no output {sorted(set(outputs) - have)[0]!r}; "
+                            "the manifest and the ONNX file differ (reinstall the predictor)")
+    n_glob = len(layout.GLOBAL_COLUMNS_OF[pred.manifest["feature_version"]])
+    runs = [sess.run(list(outputs), concat(part, n_glob)) for part in chunks(graphs, chunk_nodes)]
+    return [np.concatenate([r[k] for r in runs]) if runs else np.zeros((0, len(pred.outputs)), np.float32)
+            for k in range(len(outputs))]
+
+
 def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None,
                   chunk_nodes: int = CHUNK_NODES) -> np.ndarray:
-    """Raw output ``[G, M]`` of ``model`` (default: the device's default
-    model) in the manifest's metric order, ``chunk_nodes`` nodes or so per
-    onnxruntime call."""
-    sess = _session(str(pred.model_file(model)), pred.threads)
-    n_glob = len(layout.GLOBAL_COLUMNS_OF[pred.manifest["feature_version"]])
-    parts = [sess.run(None, concat(part, n_glob))[0] for part in chunks(graphs, chunk_nodes)]
-    return np.concatenate(parts) if parts else np.zeros((0, len(pred.outputs)), np.float32)
+    """Raw output ``y`` ``[G, M]`` of ``model`` (:func:`run_outputs`)."""
+    return run_outputs(pred, graphs, model, OUTPUT_NAMES, chunk_nodes)[0]
+
+
+def run_with_gaps(pred: Predictor, graphs: Sequence[PerfGraph],
+                  model: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(y, gap)`` of ``model``: ``gap`` ``[G, M]`` is the blend's
+    disagreement output where the manifest names one for this model (the
+    one its intervals and warning were calibrated for), else None."""
+    unc = pred.uncertainty
+    dis = unc.disagreement if unc is not None else None
+    if dis is None or (model or pred.default_model) != dis.model:
+        return run_predictor(pred, graphs, model), None
+    y, gap = run_outputs(pred, graphs, model, (OUTPUT_NAMES[0], dis.output))
+    return y, gap
 
 
 def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
@@ -118,18 +146,33 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     return warnings
 
 
-def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float) -> None:
-    """Intervals on each metric (for the result's distance score and batch
-    size), and a warning when the graph lies beyond the calibrated distance
-    threshold (:mod:`perfseer_rt.predict.uncertainty`)."""
+def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float,
+                   gaps: Mapping[str, float] | None) -> None:
+    """Intervals on each metric (for the result's distance score, batch size
+    and the metric's disagreement gap), and a warning when the graph lies
+    beyond the calibrated distance threshold or the blend's two models
+    disagree on a metric beyond its threshold
+    (:mod:`perfseer_rt.predict.uncertainty`)."""
+    dis = unc.disagreement
     for name, m in result["metrics"].items():
-        iv = uncertainty.interval(unc, name, distance, result["batch"])
+        gap = gaps.get(name) if gaps is not None else None
+        iv = uncertainty.interval(unc, name, distance, result["batch"], gap)
         if iv is not None:
             m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
+        if gap is not None:
+            m["disagreement"] = gap
+            limit = dis.thresholds.get(name) if dis is not None else None
+            if limit is not None and abs(gap) > limit:
+                result["warnings"].append(
+                    f"{uncertainty.DISAGREEMENT_WARNING} on {name} by {100 * np.expm1(abs(gap)):.0f} % "
+                    f"(> {100 * np.expm1(limit):.0f} %): on held-out models with such disagreement, "
+                    "errors above 25 % were common"
+                    + ("; its interval is widened with the disagreement"
+                       if unc.intervals.get(name) is not None and unc.intervals[name].scale != "none" else ""))
     result["distance"] = {"score": distance, "threshold": unc.threshold}
     if distance > unc.threshold:
         result["warnings"].append(
-            f"far from the training data (distance score {distance:.2f} > {unc.threshold:.2f}): "
+            f"{uncertainty.DISTANCE_WARNING} (distance score {distance:.2f} > {unc.threshold:.2f}): "
             "on held-out models this far out, errors above 25 % were common; the intervals "
             "are the wider ones calibrated for such models")
 
@@ -213,7 +256,9 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
               for m in models]
     if not graphs:
         return []
-    values = reported(pred, run_predictor(pred, graphs, model))
+    raw, raw_gap = run_with_gaps(pred, graphs, model)
+    values = reported(pred, raw)
+    gaps = None if raw_gap is None else uncertainty.phase_gaps(raw_gap, values, pred.outputs, pred.memory)
     cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     unc = pred.uncertainty
@@ -231,7 +276,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             "warnings": out_of_distribution(pred, graph) + ([cpu_warning] if cpu_warning else []),
         }
         if unc is not None and distance is not None:
-            _add_intervals(result, unc, float(distance[i]))
+            _add_intervals(result, unc, float(distance[i]),
+                           None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))))
         if pred.memory is not None and pred.memory.peak in wanted:
             metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:

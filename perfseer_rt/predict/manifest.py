@@ -6,9 +6,11 @@ and the predictor's inputs.
 unknown field is a :class:`ManifestError` naming it (``models[1].sha256``),
 never a default. Fields that may be empty are written explicitly as ``null``.
 
-Layout (``schema_version`` 4; a version-3 document is read as version 4
-with ``seernet.field_scale`` null, :func:`upgrade_v3`; a version-2 one also
-with ``seernet.uncertainty`` and ``seernet.memory`` null, :func:`upgrade_v2`)::
+Layout (``schema_version`` 5; a version-4 document is read as version 5
+with ``seernet.uncertainty.disagreement`` null and plain intervals,
+:func:`upgrade_v4`; a version-3 one also with ``seernet.field_scale`` null,
+:func:`upgrade_v3`; a version-2 one also with ``seernet.uncertainty`` and
+``seernet.memory`` null, :func:`upgrade_v2`)::
 
     format, schema_version, kind        "perfseer-rt-predictor", 2, "seernet"
     device        {name, description}   description: words or an environment block
@@ -64,7 +66,7 @@ from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
 _T = TypeVar("_T")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
 OUTPUT_NAMES = ("y",)
@@ -167,12 +169,43 @@ class IntervalBin:
     count: int
 
 
+#: Values of ``MetricInterval.scale``.
+INTERVAL_SCALES = ("none", "disagreement")
+
+
 @dataclass(frozen=True)
 class MetricInterval:
-    """Conformal interval of one metric: holds ``coverage`` of measurements."""
+    """Conformal interval of one metric: holds ``coverage`` of measurements.
+
+    ``scale`` ``"none"`` (``floor`` null): a bin's ``lo``/``hi`` are the
+    log-ratio bounds themselves. ``"disagreement"``: they are in units of
+    ``floor + |gap|`` (``floor`` in log units; the gap of
+    :class:`Disagreement`), so the interval of a graph on which the two
+    models of the blend disagree more is wider in proportion."""
 
     coverage: float
     bins: tuple[IntervalBin, ...]
+    scale: str
+    floor: Union[float, None]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """How far apart the two models of a blend are on a graph, as an
+    uncertainty signal (:mod:`perfseer_rt.predict.uncertainty`).
+
+    The ONNX file of model ``model`` has a second output ``output``,
+    ``float32[G, M]`` in the manifest's metric order: ``log(SeerNet) -
+    log(trees)`` per metric (natural log, dimensionless); where the peak
+    memory is the larger of two phases, the peak's gap is that phase's.
+    ``thresholds``: metric -> the ``|gap|`` above which the warning fires
+    (chosen on held-out data as the distance threshold is; a metric absent
+    has none). ``calibration`` says how they were chosen and how they did."""
+
+    model: str
+    output: str
+    thresholds: dict[str, float]
+    calibration: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -192,6 +225,7 @@ class Uncertainty:
     threshold: float
     intervals: dict[str, MetricInterval]
     calibration: dict[str, Any]
+    disagreement: Union[Disagreement, None]
 
 
 @dataclass(frozen=True)
@@ -531,6 +565,26 @@ def _check(m: Manifest) -> None:
                     raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.bins: "
                                         "the last bin must take any score and batch (max_score and "
                                         "max_batch null)")
+                if iv.scale not in INTERVAL_SCALES:
+                    raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.scale: "
+                                        f"{iv.scale!r} is not one of {list(INTERVAL_SCALES)}")
+                if iv.scale == "disagreement" and (unc.disagreement is None or iv.floor is None
+                                                   or not iv.floor > 0):
+                    raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.scale: "
+                                        "'disagreement' needs seernet.uncertainty.disagreement and "
+                                        "a floor > 0")
+                if iv.scale == "none" and iv.floor is not None:
+                    raise ManifestError(f"manifest field seernet.uncertainty.intervals.{name}.floor: "
+                                        "set on an unscaled interval")
+            dis = unc.disagreement
+            if dis is not None:
+                if dis.model not in names:
+                    raise ManifestError(f"manifest field seernet.uncertainty.disagreement.model: "
+                                        f"{dis.model!r} is not one of the models {names}")
+                for name, t in dis.thresholds.items():
+                    if name not in m.metric_names or not t > 0:
+                        raise ManifestError(f"manifest field seernet.uncertainty.disagreement."
+                                            f"thresholds.{name}: a metric and a threshold > 0 expected")
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -547,17 +601,38 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 def upgrade(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     """``doc`` read up to the current schema version if it is an older
-    version of this format (2 or 3, in steps); any other document is returned
+    version of this format (2, 3 or 4, in steps); any other document is returned
     as it is (the same object, so a caller can tell nothing was upgraded)."""
     if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
         doc = upgrade_v2(doc)
     if doc.get("format") == FORMAT and doc.get("schema_version") == 3:
         doc = upgrade_v3(doc)
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 4:
+        doc = upgrade_v4(doc)
     return doc
 
 
+def upgrade_v4(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema-version-4 document as version 5: the same predictor, without
+    a disagreement signal (``seernet.uncertainty.disagreement`` null), its
+    intervals unscaled (``scale`` ``"none"``, ``floor`` null)."""
+    out = {**doc, "schema_version": 5}
+    section = doc.get("seernet")
+    unc = section.get("uncertainty") if isinstance(section, dict) else None
+    if isinstance(section, dict) and isinstance(unc, dict):
+        if "disagreement" in unc:
+            raise ManifestError("manifest field seernet.uncertainty.disagreement is not in schema version 4")
+        intervals = unc.get("intervals")
+        if isinstance(intervals, dict):
+            intervals = {m: {**iv, "scale": "none", "floor": None}
+                         if isinstance(iv, dict) and "scale" not in iv and "floor" not in iv else iv
+                         for m, iv in intervals.items()}
+        out["seernet"] = {**section, "uncertainty": {**unc, "intervals": intervals, "disagreement": None}}
+    return out
+
+
 def upgrade_v3(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A schema-version-3 document as version 4: the same predictor, without
+    """A schema-version-3 document as version 4 (read on by :func:`upgrade_v4`): the same predictor, without
     a field scale (``seernet.field_scale`` null), its interval bins taking
     any batch size (``max_batch`` null)."""
     out = {**doc, "schema_version": 4}

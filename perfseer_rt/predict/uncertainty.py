@@ -13,12 +13,22 @@ and shipped in the manifest's ``seernet.uncertainty`` section:
   known family. The out-of-distribution warning fires above the manifest's
   threshold, which was chosen on held-out families where the predictor's
   errors were known.
+* **Disagreement.** The shipped blend holds two models (SeerNet and trees
+  on the global features); its second output is their gap per metric,
+  ``log(SeerNet) - log(trees)``. Where they disagree, the blend errs more
+  (session 14's predictor on the real-model checks 10-14: the third of rows
+  with the largest memory gap had 2.5x the memory MAPE of the rest), so a metric whose gap
+  is beyond its calibrated threshold gets a warning, and a metric whose
+  intervals are ``scale: "disagreement"`` gets bounds proportional to
+  ``floor + |gap|`` (normalised split conformal; ``floor`` per metric).
 * **Intervals.** Split conformal on ``log(measured / predicted)``, one pair of
   quantiles per metric and per bin of score (in distribution / beyond the
   threshold) and batch size (:data:`BATCH_GROUPS`), so a graph far from the
   training data, or run at a large batch, gets the wider interval that such
-  graphs needed on held-out data. ``coverage`` is the share of
-  measurements the interval is meant to hold (e.g. 0.9).
+  graphs needed on held-out data; with ``scale: "disagreement"`` the
+  quantiles are those of ``log(measured / predicted) / (floor + |gap|)``.
+  ``coverage`` is the share of measurements the interval is meant to hold
+  (e.g. 0.9).
 """
 
 from __future__ import annotations
@@ -34,12 +44,15 @@ import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import layout
-from perfseer_rt.predict.manifest import MetricInterval, Uncertainty
+from perfseer_rt.predict.manifest import MemoryParts, MetricInterval, Uncertainty
 
 #: Upper batch sizes of the interval bins within a score bin (None: any):
 #: memory errors grow with the batch (activations), so batch 1, 2-8 and
 #: larger batches are calibrated apart.
 BATCH_GROUPS: tuple[int | None, ...] = (1, 8, None)
+#: How the two warnings of a prediction begin (tools that read predictions match on them).
+DISTANCE_WARNING = "far from the training data"
+DISAGREEMENT_WARNING = "the two models of the predictor disagree"
 #: Weight of the operator-mix features against the standardised globals: a
 #: graph made only of operators the training set never used sits ~3 apart.
 OP_MIX_SCALE = 3.0
@@ -147,10 +160,38 @@ def scores(unc: Uncertainty, folder: Path, graphs: Sequence[Any]) -> np.ndarray:
     return distance_scores(standardize(raw, np.array(unc.mean), np.array(unc.std)), ref, unc.k)
 
 
-def interval(unc: Uncertainty, metric: str, score: float, batch: int) -> Interval | None:
-    """The calibrated interval of ``metric`` for a graph of this ``score`` and batch size."""
+def interval(unc: Uncertainty, metric: str, score: float, batch: int,
+             gap: float | None = None) -> Interval | None:
+    """The calibrated interval of ``metric`` for a graph of this ``score``,
+    batch size and, for a disagreement-scaled metric, ``gap`` (None: no
+    interval for such a metric)."""
     iv = unc.intervals.get(metric)
-    return None if iv is None else bin_interval(iv, score, batch)
+    return None if iv is None else metric_interval(iv, score, batch, gap)
+
+
+def metric_interval(iv: MetricInterval, score: float, batch: int, gap: float | None = None) -> Interval | None:
+    """The interval of ``iv`` for a graph of this ``score``, batch size and
+    ``gap`` (needed where ``iv.scale`` is ``"disagreement"``, else None)."""
+    if iv.scale == "none":
+        return bin_interval(iv, score, batch)
+    if gap is None or iv.floor is None or not np.isfinite(gap):
+        return None
+    return bin_interval(iv, score, batch, iv.floor + abs(gap))
+
+
+def phase_gaps(gap: np.ndarray, values: np.ndarray, metrics: Sequence[str],
+               memory: MemoryParts | None) -> np.ndarray:
+    """Gaps ``[G, M]`` as the metrics are reported: where the peak memory is
+    the larger of two phases (``memory.combine`` ``"max"``), the peak's gap
+    is that of the larger phase in ``values`` (``[G, M]``, same order)."""
+    out = np.array(gap, dtype=np.float64, copy=True)
+    if memory is None or memory.combine != "max" or \
+            not {memory.peak, memory.load, memory.run} <= set(metrics):
+        return out
+    i, a, b = (list(metrics).index(n) for n in (memory.peak, memory.load, memory.run))
+    values = np.asarray(values, dtype=np.float64)
+    out[:, i] = np.where(values[:, a] >= values[:, b], out[:, a], out[:, b])
+    return out
 
 
 def takes(max_score: float | None, max_batch: int | None, score: float, batch: int) -> bool:
@@ -158,9 +199,11 @@ def takes(max_score: float | None, max_batch: int | None, score: float, batch: i
     return (max_score is None or score <= max_score) and (max_batch is None or batch <= max_batch)
 
 
-def bin_interval(iv: MetricInterval, score: float, batch: int) -> Interval | None:
-    """The interval of the first bin of ``iv`` that takes this ``score`` and ``batch``."""
+def bin_interval(iv: MetricInterval, score: float, batch: int, unit: float = 1.0) -> Interval | None:
+    """The interval of the first bin of ``iv`` that takes this ``score`` and
+    ``batch``, its bounds times ``unit`` (``floor + |gap|`` for a
+    disagreement-scaled metric)."""
     for b in iv.bins:
         if takes(b.max_score, b.max_batch, score, batch):
-            return Interval(b.lo, b.hi, iv.coverage)
+            return Interval(b.lo * unit, b.hi * unit, iv.coverage)
     return None

@@ -8,6 +8,10 @@ exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsembleRegressor``
 nodes on the raw global features ``u`` (the GBM is fitted on them: trees
 need no normalization) plus its scale offsets (:meth:`GlobalGBM.offset`),
 and the blend. The runtime runs it like any SeerNet (``perfseer_rt/predict/api.py``).
+A second output, :data:`GAP_OUTPUT` ``[G, M]``, is ``log(y_seernet) -
+log(y_gbm)``: how far apart the two models are, the disagreement signal of
+:mod:`perfseer_rt.predict.uncertainty` (:func:`gap` computes it from the
+two models' predictions in training).
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ from training.seernet.normalization import Normalization
 WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: ONNX domain and version of the tree operator.
 ML_DOMAIN, ML_OPSET = "ai.onnx.ml", 3
+#: Name of the blend's second output: log(SeerNet) - log(GBM) per metric.
+GAP_OUTPUT = "gap"
 
-__all__ = ["WEIGHTS", "blend", "choose_weights", "export_blend", "float32_threshold", "tree_nodes"]
+__all__ = ["GAP_OUTPUT", "WEIGHTS", "blend", "choose_weights", "export_blend", "float32_threshold", "gap",
+           "tree_nodes"]
 
 
 def blend(seer: np.ndarray, gbm: np.ndarray, weights: Sequence[float]) -> np.ndarray:
@@ -38,6 +45,13 @@ def blend(seer: np.ndarray, gbm: np.ndarray, weights: Sequence[float]) -> np.nda
     w = np.asarray(weights, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.exp(w * np.log(seer) + (1.0 - w) * np.log(gbm))
+
+
+def gap(seer: np.ndarray, gbm: np.ndarray) -> np.ndarray:
+    """``log(seer) - log(gbm)`` elementwise (the exported :data:`GAP_OUTPUT`)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: np.ndarray = np.log(np.asarray(seer, np.float64)) - np.log(np.asarray(gbm, np.float64))
+    return out
 
 
 def choose_weights(seer: np.ndarray, gbm: np.ndarray, true: np.ndarray,
@@ -146,7 +160,12 @@ def export_blend(seernet_path: str | os.PathLike, gbm: GlobalGBM, norm: Normaliz
         helper.make_node("Mul", [f"{p}gbm_log", f"{p}one_minus_w"], [f"{p}b"]),
         helper.make_node("Add", [f"{p}a", f"{p}b"], [f"{p}log"]),
         helper.make_node("Exp", [f"{p}log"], ["y"]),
+        helper.make_node("Sub", [f"{p}seernet_log", f"{p}gbm_log"], [GAP_OUTPUT]),
     ])
+    y_type = graph.output[0].type
+    gap_out = graph.output.add()
+    gap_out.name = GAP_OUTPUT
+    gap_out.type.CopyFrom(y_type)
     if not any(o.domain == ML_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(ML_DOMAIN, ML_OPSET))
     onnx.checker.check_model(model)

@@ -156,15 +156,15 @@ def _quiet_torch_onnx():
                 lg.setLevel(lvl)
 
 
-def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch) -> np.ndarray:
-    """Run an exported predictor with onnxruntime on the CPU."""
+def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch, output: str = "y") -> np.ndarray:
+    """Run an exported predictor with onnxruntime on the CPU; its ``output``."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = INTRA_OP_THREADS  # ScatterND reductions race across threads
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     feeds = dict(zip(INPUT_NAMES, (np.asarray(x, np.float32), np.asarray(edge_index, np.int64),
                                    np.asarray(edge_attr, np.float32), np.asarray(u, np.float32),
                                    np.asarray(node_batch, np.int64))))
-    return sess.run(None, feeds)[0]
+    return sess.run([output], feeds)[0]
 
 
 def _example_inputs(norm: Normalization) -> tuple[Tensor, ...]:

@@ -66,14 +66,27 @@ class RecalibrationError(ValueError):
     """A check file or predictor that cannot be used (the message names it)."""
 
 
-def check_residuals(rows: Sequence[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(log(measured / predicted), distance score, batch size)`` of every row with all three."""
+def check_residuals(rows: Sequence[dict[str, Any]], metric: str,
+                    floor: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log(measured / predicted), distance score, batch size)`` of every
+    row with all three; with ``floor`` (a disagreement-scaled interval), the
+    log ratio over ``floor + |gap|`` (rows without a gap are an error).
+
+    Raises:
+        RecalibrationError: a row without the gap a scaled interval needs.
+    """
     r, s, b = [], [], []
     for row in rows:
         m, score = row.get(metric), row.get("distance_score")
         if not m or score is None or row.get("batch") is None or not (m["measured"] > 0 and m["predicted"] > 0):
             continue
-        r.append(np.log(m["measured"] / m["predicted"]))
+        unit = 1.0
+        if floor is not None:
+            if m.get("gap") is None:
+                raise RecalibrationError(f"{row.get('spec')} batch {row['batch']}: no {metric} gap (the "
+                                         "predictor's disagreement); predict the check again with --repredict")
+            unit = floor + abs(float(m["gap"]))
+        r.append(np.log(m["measured"] / m["predicted"]) / unit)
         s.append(float(score))
         b.append(int(row["batch"]))
     return np.array(r, dtype=np.float64), np.array(s, dtype=np.float64), np.array(b, dtype=np.int64)
@@ -83,7 +96,8 @@ def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     """New ``intervals`` (manifest form) and a record of what changed.
 
     Each check row goes to the first bin that takes its distance score and
-    batch size (as at prediction). A bin with fewer than :data:`MIN_BIN`
+    batch size (as at prediction); a disagreement-scaled metric's residuals
+    are over ``floor + |gap|`` (:func:`check_residuals`), as its bins are. A bin with fewer than :data:`MIN_BIN`
     rows takes the quantiles of the rows of its batch group whatever their
     score, or of all the metric's rows if that group is short too.
 
@@ -93,7 +107,7 @@ def widen(intervals: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     new = json.loads(json.dumps(intervals))
     record: dict[str, Any] = {}
     for metric, iv in new.items():
-        r, s, bt = check_residuals(rows, metric)
+        r, s, bt = check_residuals(rows, metric, iv["floor"] if iv.get("scale") == "disagreement" else None)
         if len(r) < MIN_BIN:
             record[metric] = {"left": f"{len(r)} check residuals (< {MIN_BIN})"}
             continue
@@ -257,7 +271,8 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
         "bins": out["record"],
         "field_scale": scale["record"] if scale is not None else None,
         "method": "per metric and bin (distance score, batch group): union of the shipped conformal "
-                  "interval and the split-conformal interval of the checks' log(measured/predicted), "
+                  "interval and the split-conformal interval of the checks' log(measured/predicted) "
+                  "(over floor + |gap| for a disagreement-scaled metric), "
                   f"predicted with the field scale if any (a bin with < {MIN_BIN} check residuals takes "
                   "those of its batch group, else all of the metric's)"}
     try:

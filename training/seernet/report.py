@@ -33,6 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from perfseer_rt.predict import uncertainty as ru
+from perfseer_rt.predict.manifest import MemoryParts
 from training.dataset.card import drift
 from training.seernet import data, ensemble, models
 from training.seernet import uncertainty as unc
@@ -180,20 +181,34 @@ def _calibrate(runs: dict, scheme: str, default: str, metrics: list[str]) -> dic
             and direct < by_max - MAX_COMBINE_SLACK_PCT else "max"
     train_raw = unc.raw_features(parts["train"])
     mean, std = ru.fit_standardization(train_raw)
+    memory = MemoryParts("peak_mem_mb", "load_peak_mb", "run_peak_mb", mode, None, "") \
+        if all(m in metrics for m in ("peak_mem_mb", "load_peak_mb", "run_peak_mb")) else None
+    blend = default == BLEND
 
-    def pset(name: str, samples: Sequence, pred: np.ndarray, reference_raw: np.ndarray):
-        return unc.PredictionSet(name, _truth(samples, metrics), unc.combine_memory(pred, metrics, mode),
+    def pset(name: str, samples: Sequence, pred: np.ndarray, reference_raw: np.ndarray,
+             parts_pred: dict | None = None):
+        """``parts_pred``: the blend's two models' predictions (``seernet``, ``gbm``) on ``samples``."""
+        combined = unc.combine_memory(pred, metrics, mode)
+        gaps = ru.phase_gaps(ensemble.gap(parts_pred["seernet"], parts_pred["gbm"]), combined, metrics, memory) \
+            if blend and parts_pred else None
+        return unc.PredictionSet(name, _truth(samples, metrics), combined,
                                  unc.scores_against(samples, reference_raw, mean, std, OOD_K),
-                                 np.array([s.batch for s in samples], dtype=np.int64))
+                                 np.array([s.batch for s in samples], dtype=np.int64), gaps)
 
-    sets = [pset(f"{scheme} split validation architectures", parts["val"], val_pred, train_raw)]
+    def preds(result: dict) -> dict:
+        return {k: result["models"][k]["predictions"] for k in ("seernet", "gbm") if k in result["models"]}
+
+    sets = [pset(f"{scheme} split validation architectures", parts["val"], val_pred, train_raw,
+                 {k: res["val_predictions"][k] for k in ("seernet", "gbm") if k in res["val_predictions"]})]
     fam = runs.get("family")
     if fam and default in fam["result"]["models"] and scheme != "family":
         sets.append(pset("held-out families (family-split model)", fam["parts"]["test"],
                          fam["result"]["models"][default]["predictions"],
-                         unc.raw_features(fam["parts"]["train"])))
-    section = unc.calibrate(sets, metrics, COVERAGE)
-    test = pset(f"{scheme} split test", parts["test"], res["models"][default]["predictions"], train_raw)
+                         unc.raw_features(fam["parts"]["train"]), preds(fam["result"])))
+    section = unc.calibrate(sets, metrics, COVERAGE, gap_model=BLEND if blend else None,
+                            gap_output=ensemble.GAP_OUTPUT)
+    test = pset(f"{scheme} split test", parts["test"], res["models"][default]["predictions"], train_raw,
+                preds(res))
     held_out = unc.evaluate(section, test, metrics)
     held_out["split"] = scheme
     held_out["accuracy"] = {m: {"all": score(test.pred[:, j], test.true[:, j]),
@@ -203,7 +218,9 @@ def _calibrate(runs: dict, scheme: str, default: str, metrics: list[str]) -> dic
                             for j, m in enumerate(metrics)}
     section["calibration"]["held_out"] = {
         "split": scheme, "coverage": {m: c["held"] for m, c in held_out["coverage"].items()},
-        "warning": held_out["warning"]}
+        "warning": held_out["warning"], "any_warning": held_out["any_warning"]}
+    if section["disagreement"] is not None:
+        section["disagreement"]["calibration"]["held_out"] = held_out.get("disagreement_warning")
     return {"memory_combine": mode, "uncertainty": section, "held_out": held_out,
             "reference": ru.standardize(train_raw, mean, std).astype(np.float32),
             "ood_mean": mean, "ood_std": std}
@@ -281,7 +298,7 @@ def _run_split(scheme: str, parts: dict, metrics: list[str], model_names: Sequen
                                           train_seconds=0.0, runs={}, weights=dict(zip(metrics, weights)))
         trained[BLEND] = {"weights": weights}
         _progress(cfg, scheme, result["models"][BLEND])
-    result["val_predictions"] = {k: v for k, v in result_val.items() if k in SHIPPABLE}
+    result["val_predictions"] = {k: v for k, v in result_val.items() if k in SHIPPABLE or k == "gbm"}
     return result, trained, norm
 
 

@@ -138,14 +138,23 @@ def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: d
     on_test = bool(shipped["parts"]["test"])
     samples = shipped["parts"]["test" if on_test else "val"]
     if samples:
-        got = run_onnx(path, **concat_graphs([s.x for s in samples], [s.edge_index for s in samples],
-                                             [s.edge_attr for s in samples], [s.u for s in samples]))
-        scored = shipped["result"]["models"][BLEND]["predictions"] if on_test \
-            else shipped["result"]["val_predictions"][BLEND]
-        want = scored[:, [metrics.index(m) for m in train_metrics]]
+        feeds = concat_graphs([s.x for s in samples], [s.edge_index for s in samples],
+                              [s.edge_attr for s in samples], [s.u for s in samples])
+        got = run_onnx(path, **feeds)
+        res = shipped["result"]
+        cols = [metrics.index(m) for m in train_metrics]
+        scored = {k: (res["models"][k]["predictions"] if on_test else res["val_predictions"][k])
+                  for k in (BLEND, "seernet", "gbm") if k in (res["models"] if on_test else res["val_predictions"])}
+        want = scored[BLEND][:, cols]
         rel = np.abs(got - want) / np.abs(want)
         if not np.all(rel <= 1e-3):
             raise RuntimeError(f"{path}: onnxruntime differs from the scored blend (max rel {np.nanmax(rel):.2e})")
+        if "seernet" in scored and "gbm" in scored:  # the disagreement output, in log units
+            want_gap = ensemble.gap(scored["seernet"], scored["gbm"])[:, cols]
+            diff = np.abs(run_onnx(path, **feeds, output=ensemble.GAP_OUTPUT) - want_gap)
+            if not np.all(diff <= 2e-3):
+                raise RuntimeError(f"{path}: onnxruntime's {ensemble.GAP_OUTPUT!r} differs from the scored "
+                                   f"models' (max {np.nanmax(diff):.2e})")
     kind = "SeerNet (one per metric) blended with a global-features GBM; SeerNet weight " + \
         ", ".join(f"{m} {w:g}" for m, w in zip(train_metrics, weights))
     return model_entry(path, BLEND, train_metrics, seernet["parameters"], kind=kind)

@@ -14,8 +14,20 @@ on these data, configurations with an error above 25 % from those within
 10 % (Youden's J). The intervals are split-conformal quantiles of
 ``log(measured / predicted)`` per metric, one pair below the threshold and
 one above, each split by batch size
-(:data:`perfseer_rt.predict.uncertainty.BATCH_GROUPS`). Both are then *checked* on the real-model held-out split, which
-neither the shipped model nor the calibration saw.
+(:data:`perfseer_rt.predict.uncertainty.BATCH_GROUPS`).
+
+Where the shipped model is the blend of SeerNet and the trees, each set
+also carries the two models' gap (``log(SeerNet) - log(trees)``, the
+blend's second ONNX output). Per metric, the disagreement warning's
+threshold on ``|gap|`` is chosen as the distance threshold is (on that
+metric's errors) and ships only if its J reaches :data:`MIN_J`; and the
+intervals are also computed on ``log(measured / predicted) / (floor +
+|gap|)`` for each floor of :data:`FLOORS` (normalised split conformal, the
+same bins): the metric ships the scaled intervals with the floor that
+gives the narrowest mean interval on the calibration rows, if that is
+narrower than the plain intervals' (both hold the coverage there by
+construction). All of it is then *checked* on the real-model held-out
+split, which neither the shipped model nor the calibration saw.
 """
 
 from __future__ import annotations
@@ -34,6 +46,11 @@ BAD_PCT, GOOD_PCT = 25.0, 10.0
 #: Fewest calibration residuals behind one interval bin; a sparser
 #: out-of-distribution bin takes the highest-scored residuals up to this count.
 MIN_BIN = 30
+#: Candidate floors (log units) of a disagreement-scaled interval.
+FLOORS = (0.02, 0.05, 0.1, 0.2)
+#: Least Youden's J (fire rate on > 25 % errors minus fire rate on <= 10 %,
+#: as shares) a metric's disagreement warning needs on the calibration data.
+MIN_J = 0.1
 
 
 @dataclass
@@ -41,7 +58,10 @@ class PredictionSet:
     """Predictions on graphs the model did not train on.
 
     ``pred`` and ``true`` are ``[G, M]`` in metric units (NaN: missing);
-    ``scores`` the distance score of each graph to the model's training set.
+    ``scores`` the distance score of each graph to the model's training set;
+    ``gaps`` ``[G, M]`` the blend's two models' ``log(SeerNet) - log(trees)``
+    as reported (:func:`perfseer_rt.predict.uncertainty.phase_gaps`), or
+    None for a model that is not a blend.
     """
 
     name: str
@@ -49,6 +69,7 @@ class PredictionSet:
     pred: np.ndarray
     scores: np.ndarray
     batches: np.ndarray
+    gaps: np.ndarray | None = None
 
 
 def raw_features(samples: Sequence) -> np.ndarray:
@@ -101,38 +122,63 @@ def choose_threshold(scores: np.ndarray, errors: np.ndarray) -> float:
     return best
 
 
-def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: float = 0.9) -> dict:
-    """Threshold and per-metric conformal bins from ``sets`` (see module doc).
+def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: float = 0.9,
+              gap_model: str | None = None, gap_output: str = "gap") -> dict:
+    """Threshold, per-metric conformal bins and (with ``gap_model``, when
+    every set has gaps) the disagreement section, from ``sets`` (module doc).
 
-    Returns ``{"threshold", "intervals": {metric: {"coverage", "bins"}},
-    "calibration": {...}}`` in the manifest's ``seernet.uncertainty`` form
-    (without the feature/reference fields, which the exporter adds).
+    Returns ``{"threshold", "intervals": {metric: {"coverage", "bins",
+    "scale", "floor"}}, "calibration": {...}, "disagreement"}`` in the
+    manifest's ``seernet.uncertainty`` form (without the feature/reference
+    fields, which the exporter adds).
     """
     scores = np.concatenate([s.scores for s in sets])
     batches = np.concatenate([s.batches for s in sets])
     errors = np.concatenate([_config_error(s) for s in sets])
+    with_gaps = gap_model is not None and all(s.gaps is not None for s in sets)
+    gaps = np.concatenate([s.gaps for s in sets if s.gaps is not None]) if with_gaps else None
     ok = np.isfinite(errors)
     threshold = choose_threshold(scores[ok], errors[ok])
-    intervals = {}
+    intervals, widths, thresholds, gap_record = {}, {}, {}, {}
     for j, m in enumerate(metrics):
         true = np.concatenate([s.true[:, j] for s in sets])
         pred = np.concatenate([s.pred[:, j] for s in sets])
         good = np.isfinite(true) & np.isfinite(pred) & (true > 0) & (pred > 0)
+        if gaps is not None:
+            good &= np.isfinite(gaps[:, j])
         if good.sum() < MIN_BIN:
             continue
         r, sc, bt = np.log(true[good] / pred[good]), scores[good], batches[good]
-        inside = sc <= threshold
-        out = ~inside
-        if out.sum() < MIN_BIN:  # a sparse out-of-distribution bin: the highest-scored residuals
-            out = np.zeros(len(r), bool)
-            out[np.argsort(sc)[-MIN_BIN:]] = True
-        score_bins = [(inside, threshold), (out, None)]
-        if inside.sum() < MIN_BIN:  # too few in distribution: one score bin for all
-            score_bins = [(np.ones(len(r), bool), None)]
-        intervals[m] = {"coverage": coverage,
-                        "bins": [b for sel, max_score in score_bins
-                                 for b in batch_bins(r, bt, sel, max_score, coverage)]}
-    return {"threshold": float(threshold), "intervals": intervals,
+        plain = score_batch_bins(r, sc, bt, threshold, coverage)
+        intervals[m] = {"coverage": coverage, "bins": plain, "scale": "none", "floor": None}
+        widths[m] = {"plain": mean_width(plain, sc, bt)}
+        if gaps is None:
+            continue
+        g = np.abs(gaps[good, j])
+        best = widths[m]["plain"]
+        for floor in FLOORS:
+            scaled = score_batch_bins(r / (floor + g), sc, bt, threshold, coverage)
+            width = widths[m][f"floor {floor:g}"] = mean_width(scaled, sc, bt, floor + g)
+            if width < best:
+                best = width
+                intervals[m] = {"coverage": coverage, "bins": scaled, "scale": "disagreement", "floor": floor}
+        err = ape(pred[good], true[good])
+        t = choose_threshold(g, err)
+        rates = fire_rates(g, err, t)
+        j_stat = ((rates["fires_on_error_gt_25_pct"] or 0.0) - (rates["fires_on_error_le_10_pct"] or 0.0)) / 100
+        gap_record[m] = {"threshold": t, "youden_j": j_stat, "kept": bool(j_stat >= MIN_J), **rates}
+        if j_stat >= MIN_J:
+            thresholds[m] = t
+    disagreement = None
+    if with_gaps:
+        disagreement = {"model": gap_model, "output": gap_output, "thresholds": thresholds,
+                        "calibration": {"warning": gap_record, "mean_interval_width": widths,
+                                        "method": f"per metric: the |gap| threshold maximises fire rate on >25 % "
+                                                  f"errors minus on <=10 % (kept if that J >= {MIN_J}); "
+                                                  "intervals scaled by floor + |gap| where the narrowest "
+                                                  f"mean width over floors {list(FLOORS)} beats the plain "
+                                                  "intervals' on the calibration rows (log units)"}}
+    return {"threshold": float(threshold), "intervals": intervals, "disagreement": disagreement,
             "calibration": {"sets": {s.name: int(len(s.scores)) for s in sets},
                             "warning_on_calibration": fire_rates(scores[ok], errors[ok], threshold),
                             "method": "split conformal on log(measured/predicted), per metric, "
@@ -140,6 +186,32 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
                                       f"each split by batch size (groups up to {ru.BATCH_GROUPS}); "
                                       "threshold maximises fire rate on >25 % errors minus "
                                       "fire rate on <=10 % errors"}}
+
+
+def score_batch_bins(r: np.ndarray, sc: np.ndarray, bt: np.ndarray, threshold: float,
+                     coverage: float) -> list[dict[str, Any]]:
+    """The bins of one metric: residuals ``r`` below / above the distance
+    ``threshold`` (a sparse out-of-distribution bin takes the highest-scored
+    :data:`MIN_BIN`; too few in distribution: one score bin), each split by
+    batch group (:func:`batch_bins`)."""
+    inside = sc <= threshold
+    out = ~inside
+    if out.sum() < MIN_BIN:  # a sparse out-of-distribution bin: the highest-scored residuals
+        out = np.zeros(len(r), bool)
+        out[np.argsort(sc)[-MIN_BIN:]] = True
+    score_bins = [(inside, threshold), (out, None)]
+    if inside.sum() < MIN_BIN:  # too few in distribution: one score bin for all
+        score_bins = [(np.ones(len(r), bool), None)]
+    return [b for sel, max_score in score_bins for b in batch_bins(r, bt, sel, max_score, coverage)]
+
+
+def mean_width(bins: Sequence[dict[str, Any]], sc: np.ndarray, bt: np.ndarray,
+               unit: np.ndarray | None = None) -> float:
+    """Mean ``hi - lo`` (log units) of the interval each row (score ``sc``,
+    batch ``bt``) gets from ``bins``, times its ``unit`` where scaled."""
+    w = np.array([next(b["hi"] - b["lo"] for b in bins if ru.takes(b["max_score"], b["max_batch"], s, int(a)))
+                  for s, a in zip(sc, bt)])
+    return float(np.mean(w * (1.0 if unit is None else unit)))
 
 
 def batch_bins(r: np.ndarray, batches: np.ndarray, sel: np.ndarray, max_score: float | None,
@@ -159,11 +231,31 @@ def batch_bins(r: np.ndarray, batches: np.ndarray, sel: np.ndarray, max_score: f
     return out
 
 
+def fires(section: dict, s: PredictionSet, metrics: Sequence[str]) -> np.ndarray:
+    """Whether any warning of ``section`` fires on each config of ``s``:
+    the distance one, or a metric's disagreement one."""
+    out = s.scores > section["threshold"]
+    dis = section.get("disagreement")
+    if dis and s.gaps is not None:
+        for m, t in dis["thresholds"].items():
+            out = out | (np.abs(np.nan_to_num(s.gaps[:, list(metrics).index(m)])) > t)
+    return np.asarray(out, bool)
+
+
 def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
     """Coverage of the intervals (overall and per batch size) and the
-    warning's fire rates on one prediction set, all in %."""
+    warnings' fire rates on one prediction set, all in %: ``warning`` the
+    distance warning alone, ``any_warning`` it or a disagreement warning,
+    ``disagreement_warning`` each metric's against that metric's errors."""
+    errors = _config_error(s)
     out: dict = {"configs": int(len(s.scores)), "coverage": {},
-                 "warning": fire_rates(s.scores, _config_error(s), section["threshold"])}
+                 "warning": fire_rates(s.scores, errors, section["threshold"]),
+                 "any_warning": fire_rates(fires(section, s, metrics).astype(float), errors, 0.5)}
+    dis = section.get("disagreement")
+    if dis and s.gaps is not None:
+        out["disagreement_warning"] = {
+            m: fire_rates(np.abs(s.gaps[:, j]), ape(s.pred[:, j], s.true[:, j]), dis["thresholds"][m])
+            for j, m in enumerate(metrics) if m in dis["thresholds"]}
     for j, m in enumerate(metrics):
         if m not in section["intervals"]:
             continue
@@ -171,7 +263,8 @@ def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
         hit, batch = [], []
         for g in range(len(s.scores)):
             t, p = s.true[g, j], s.pred[g, j]
-            q = ru.bin_interval(iv, s.scores[g], int(s.batches[g]))
+            q = ru.metric_interval(iv, s.scores[g], int(s.batches[g]),
+                                   None if s.gaps is None else float(s.gaps[g, j]))
             if q is None or not (np.isfinite(t) and np.isfinite(p) and t > 0 and p > 0):
                 continue
             lo, hi = q.around(p)
@@ -179,7 +272,7 @@ def evaluate(section: dict, s: PredictionSet, metrics: Sequence[str]) -> dict:
             batch.append(int(s.batches[g]))
         hit_a, batch_a = np.array(hit, bool), np.array(batch)
         out["coverage"][m] = {
-            "stated": section["intervals"][m]["coverage"] * 100,
+            "stated": section["intervals"][m]["coverage"] * 100, "scale": iv.scale,
             "held": float(100 * hit_a.mean()) if len(hit_a) else None, "count": int(len(hit_a)),
             "by_batch": {int(b): float(100 * hit_a[batch_a == b].mean()) for b in sorted(set(batch))}}
     return out

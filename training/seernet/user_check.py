@@ -35,6 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.predict.uncertainty import DISAGREEMENT_WARNING, DISTANCE_WARNING
 from perfseer_rt.profile import environment
 from training.campaign.probe import speed_probe
 from training.zoo import export_onnx, parse_spec
@@ -76,16 +77,22 @@ def compare(measured: dict[str, float], pred: dict[str, Any]) -> dict[str, Any]:
         iv = p.get("interval")
         row[m] = {"measured": measured[m], "predicted": p["value"],
                   "error_pct": (p["value"] / measured[m] - 1) * 100,
-                  "inside_interval": None if iv is None else bool(iv[0] <= measured[m] <= iv[1])}
-    row["ood_warning"] = any("far from the training data" in w for w in pred.get("warnings", []))
+                  "inside_interval": None if iv is None else bool(iv[0] <= measured[m] <= iv[1]),
+                  "gap": p.get("disagreement")}
+    warnings = pred.get("warnings", [])
+    row["ood_warning"] = any(w.startswith(DISTANCE_WARNING) for w in warnings)
+    row["disagreement_warning"] = any(w.startswith(DISAGREEMENT_WARNING) for w in warnings)
     row["distance_score"] = (pred.get("distance") or {}).get("score")
     row["predictor_version"] = (pred.get("predictor") or {}).get("version")
     return row
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """MAPE, median signed error and interval coverage per metric (percent)."""
+    """MAPE, median signed error and interval coverage per metric (percent),
+    and how often each warning fired."""
     out: dict[str, Any] = {"pairs": len(rows)}
+    for flag in ("ood_warning", "disagreement_warning"):
+        out[flag] = sum(bool(r.get(flag)) for r in rows)
     for m in METRICS:
         err = np.array([r[m]["error_pct"] for r in rows])
         inside = [r[m]["inside_interval"] for r in rows if r[m]["inside_interval"] is not None]
