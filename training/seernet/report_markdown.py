@@ -104,11 +104,14 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
             return ("n/a" if not a or a.get("mape") is None else f"{a['mape']:.1f} ({a['count']})")
         lines.append(f"| {m} | {cell(acc['all'])} | "
                      + " | ".join(cell(acc["by_batch"].get(b)) for b in batches) + " |")
-    lines += ["", "Interval coverage (stated vs held, %):", "",
-              "| metric | stated | held | count | per batch |", "|---|---|---|---|---|"]
+    lines += ["", "Interval coverage (stated vs held, %; scale: \"disagreement\" where the bounds grow with "
+              "the gap between SeerNet and the trees):", "",
+              "| metric | scale | stated | held | count | per batch |", "|---|---|---|---|---|---|"]
     for m, c in ho["coverage"].items():
         per = ", ".join(f"b{b} {v:.0f}" for b, v in c["by_batch"].items())
-        lines.append(f"| {m} | {c['stated']:.0f} | {fmt(c['held'], 1)} | {c['count']} | {per} |")
+        iv = sh["uncertainty"]["intervals"][m]
+        scale = iv.get("scale", "none") + (f" (floor {iv['floor']:g})" if iv.get("floor") else "")
+        lines.append(f"| {m} | {scale} | {c['stated']:.0f} | {fmt(c['held'], 1)} | {c['count']} | {per} |")
     w = ho["warning"]
     unc_cal = sh["uncertainty"]["calibration"]
     lines += ["", f"Out-of-distribution warning (distance score > {sh['uncertainty']['threshold']:.3f}, "
@@ -116,6 +119,21 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
               + f"): on this held-out test it fires on {fmt(w['fires_on_error_gt_25_pct'], 0)} % of the "
               f"{w['configs_gt_25']} configurations with > 25 % error (worst metric) and on "
               f"{fmt(w['fires_on_error_le_10_pct'], 0)} % of the {w['configs_le_10']} within 10 %.", ""]
+    dis = sh["uncertainty"].get("disagreement")
+    if dis:
+        lines += ["Disagreement warning (|log SeerNet - log trees| above a per-metric threshold, chosen on the "
+                  "same sets; kept where Youden's J >= the minimum): thresholds "
+                  + (", ".join(f"{m} {t:.3f}" for m, t in dis["thresholds"].items()) or "none kept") + "."]
+        for m, r in (ho.get("disagreement_warning") or {}).items():
+            lines.append(f"- {m}: on this held-out test it fires on {fmt(r['fires_on_error_gt_25_pct'], 0)} % of "
+                         f"the {r['configs_gt_25']} configurations with > 25 % {m} error and on "
+                         f"{fmt(r['fires_on_error_le_10_pct'], 0)} % of the {r['configs_le_10']} within 10 %.")
+        a = ho.get("any_warning")
+        if a:
+            lines.append(f"- either warning: fires on {fmt(a['fires_on_error_gt_25_pct'], 0)} % of the "
+                         f"{a['configs_gt_25']} with > 25 % error (worst metric) and on "
+                         f"{fmt(a['fires_on_error_le_10_pct'], 0)} % of the {a['configs_le_10']} within 10 %.")
+        lines.append("")
     return lines
 
 
