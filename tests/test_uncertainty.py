@@ -124,6 +124,26 @@ def test_peak_gap_is_that_of_the_larger_phase():
     assert ru.phase_gaps(gap, values, metrics, direct)[:, 0].tolist() == [0.9, 0.9]
 
 
+def test_the_shipped_cpu_predictor_reports_its_gap_and_scales_intervals_and_warnings_with_it():
+    from perfseer_rt.predict import api, registry
+
+    pred = registry.get_predictor("cpu-amd-epyc-1t")
+    unc = pred.uncertainty
+    assert unc.disagreement is not None and unc.disagreement.model == pred.default_model
+    results = api.predict(["examples/resnet18.onnx", conv_chain()], device="cpu-amd-epyc-1t", batch=4)
+    for r in results:
+        for name, m in r["metrics"].items():
+            gap = m["disagreement"]
+            assert np.isfinite(gap)
+            want = ru.metric_interval(unc.intervals[name], r["distance"]["score"], 4, gap)
+            assert m["interval"] == pytest.approx(want.around(m["value"]))
+            limit = unc.disagreement.thresholds.get(name)
+            warned = any(w.startswith(f"{ru.DISAGREEMENT_WARNING} on {name} ") for w in r["warnings"])
+            assert warned == (limit is not None and abs(gap) > limit)
+    [alone] = api.predict("examples/resnet18.onnx", device="cpu-amd-epyc-1t", batch=4, model="seernet")
+    assert all("disagreement" not in m for m in alone["metrics"].values())  # no gap, no scaled interval
+
+
 def test_memory_combination_takes_the_larger_phase():
     metrics = ["latency_ms", "peak_mem_mb", "load_peak_mb", "run_peak_mb"]
     pred = np.array([[1.0, 50.0, 80.0, 60.0], [1.0, 50.0, 20.0, 70.0]])

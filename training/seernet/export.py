@@ -156,7 +156,7 @@ def _quiet_torch_onnx():
                 lg.setLevel(lvl)
 
 
-def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch, output: str = "y") -> np.ndarray:
+def run_onnx(path: str | os.PathLike, x, edge_index, edge_attr, u, node_batch, *, output: str = "y") -> np.ndarray:
     """Run an exported predictor with onnxruntime on the CPU; its ``output``."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = INTRA_OP_THREADS  # ScatterND reductions race across threads

@@ -140,7 +140,7 @@ def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: d
     if samples:
         feeds = concat_graphs([s.x for s in samples], [s.edge_index for s in samples],
                               [s.edge_attr for s in samples], [s.u for s in samples])
-        got = run_onnx(path, **feeds)
+        got = run_onnx(path, **feeds, output="y")
         res = shipped["result"]
         cols = [metrics.index(m) for m in train_metrics]
         scored = {k: (res["models"][k]["predictions"] if on_test else res["val_predictions"][k])
