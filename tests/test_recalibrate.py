@@ -73,6 +73,25 @@ def test_a_disagreement_scaled_metric_widens_with_residuals_over_its_unit():
         rc.widen(intervals, rows)
 
 
+def test_real_model_rows_choose_the_disagreement_warning_and_keep_it_only_where_it_adds():
+    rng = np.random.default_rng(3)
+    gaps = rng.exponential(0.15, 300)
+    rows = []
+    for g, noise in zip(gaps, rng.normal(0, 1, 300)):
+        mem = np.exp(noise * (0.03 + 0.8 * g))  # memory errs where the models part
+        rows.append({"distance_score": 0.1, "batch": 4,
+                     "latency_ms": {"measured": 1.0, "predicted": float(np.exp(rng.normal(0, 0.05))), "gap": float(g)},
+                     "peak_mem_mb": {"measured": 1.0, "predicted": float(mem), "gap": float(-g)}})
+    unc = {"threshold": 0.5, "intervals": {"latency_ms": {}, "peak_mem_mb": {}},
+           "disagreement": {"thresholds": {"latency_ms": 0.01, "peak_mem_mb": 0.9}}}
+    out = rc.real_model_warnings(unc, rows)
+    assert set(out["thresholds"]) == {"peak_mem_mb"}  # latency errors do not follow the gap: no warning
+    rec = out["record"]["peak_mem_mb"]
+    assert rec["kept"] and rec["fires_on_error_gt_25_pct"] > 2 * rec["fires_on_error_le_10_pct"]
+    assert out["record"]["latency_ms"]["kept"] is False
+    assert rc.real_model_warnings({**unc, "disagreement": None}, rows) is None
+
+
 def test_check_rows_widen_the_bin_of_their_batch_size_only():
     bins = [{"max_score": 0.5, "max_batch": b, "lo": -0.1, "hi": 0.1, "count": 100} for b in (1, 8, None)]
     bins += [{"max_score": None, "max_batch": None, "lo": -0.2, "hi": 0.2, "count": 100}]
@@ -97,7 +116,7 @@ def test_recalibrate_rewrites_a_valid_manifest_once_and_refuses_stale_checks(tmp
     rng = np.random.default_rng(1)
     rows = [{"spec": f"timm:model=m{i % 20},res=224", "distance_score": 0.0, "predictor_version": version,
              "batch": 1,
-             "peak_mem_mb": {"measured": float(np.exp(r)), "predicted": 1.0}}
+             "peak_mem_mb": {"measured": float(np.exp(r)), "predicted": 1.0, "gap": 0.05}}
             for i, r in enumerate(rng.normal(0.3, 0.3, 60))]
     rows += [{**rows[0], "spec": "timm:model=seen,res=256"}] * 5  # trained on: left out
     check = tmp_path / "check.json"
@@ -187,7 +206,7 @@ def test_recalibrate_fits_the_field_scale_and_widens_against_the_scaled_predicti
     for i in range(3):
         rows = [{"spec": f"timm:model=m{i}_{j},res=224", "distance_score": 0.0, "predictor_version": version,
                  "batch": 1,
-                 "latency_ms": {"measured": float(0.9 * np.exp(rng.normal(0, 0.02))), "predicted": 1.0}}
+                 "latency_ms": {"measured": float(0.9 * np.exp(rng.normal(0, 0.02))), "predicted": 1.0, "gap": 0.0}}
                 for j in range(20)]
         files.append(tmp_path / f"check{i}.json")
         files[-1].write_text(json.dumps({"rows": rows, "environment": {"measured_with": "test"}}))
@@ -196,7 +215,9 @@ def test_recalibrate_fits_the_field_scale_and_widens_against_the_scaled_predicti
     assert after.seernet.field_scale["latency_ms"].factor == pytest.approx(0.9, abs=0.01)
     assert after.seernet.field_scale["latency_ms"].measured.endswith(": test")
     lo, hi = rec["bins"]["latency_ms"][0]["checks_quantiles"]
-    assert lo < 0 < hi and hi - lo < 0.1  # residuals against 0.9 x predicted: centred, not at log(0.9)
+    iv = doc["seernet"]["uncertainty"]["intervals"]["latency_ms"]
+    unit = iv["floor"] if iv["scale"] == "disagreement" else 1.0  # gap 0: residuals over the floor
+    assert lo < 0 < hi and (hi - lo) * unit < 0.1  # residuals against 0.9 x predicted: centred, not at log(0.9)
     with pytest.raises(rc.RecalibrationError, match="already"):
         rc.recalibrate(folder, files, field_checks=files)
 

@@ -22,8 +22,15 @@ width. A bin with fewer than :data:`MIN_BIN` check residuals takes those of
 its batch group, else all the checks' residuals of that metric. What it did is kept in
 ``seernet.uncertainty.calibration.real_models`` of the manifest.
 
+The disagreement warning's thresholds (where the predictor has one) are
+chosen again on the same check rows (:func:`real_model_warnings`): the
+export chose them on held-out families, whose gaps are smaller than real
+models' (session 15: on the real-model held-out split the export's
+thresholds, with the distance warning, fired on 65 % of the configurations
+within 10 %).
+
 The check files used here are spent as accuracy evidence for this
-predictor's intervals: coverage must be read on a check measured after.
+predictor's intervals and warnings: read them on a check measured after.
 
 **Field scale** (``--field-scale-checks``): the labels were measured over
 days on shared machines whose speed drifts; real models measured later with
@@ -56,7 +63,7 @@ from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles, takes
 from training.seernet.data import DatasetError, read_records
-from training.seernet.uncertainty import MIN_BIN
+from training.seernet.uncertainty import MIN_BIN, choose_threshold, fire_rates, youden_j
 
 #: Percentage points of leave-one-check-out MAPE a field scale must gain to be kept.
 MIN_GAIN = 0.5
@@ -185,6 +192,47 @@ def fit_field_scale(sources: Mapping[str, Sequence[dict[str, Any]]], metrics: Se
     return {"kept": kept, "record": record}
 
 
+def real_model_warnings(unc: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The disagreement warning's thresholds chosen again on check rows of
+    real models (``rows``, predicted with the field scale), the way the
+    export chose them on held-out families
+    (:func:`training.seernet.uncertainty.calibrate`): per metric the
+    ``|gap|`` threshold that best separates that metric's errors above 25 %
+    from those within 10 %, then kept, best first, only where it raises the
+    J of "any warning fires" (the distance warning included) on the rows'
+    worst errors. None where the predictor has no disagreement section.
+
+    Returns ``{"thresholds": {metric: float}, "record": {...}}``.
+    """
+    dis = unc.get("disagreement")
+    if not dis:
+        return None
+    metrics = [m for m in unc["intervals"] if all((r.get(m) or {}).get("gap") is not None for r in rows)]
+    rows = [r for r in rows if r.get("distance_score") is not None
+            and all(r[m]["measured"] > 0 and r[m]["predicted"] > 0 for m in metrics)]
+    if len(rows) < MIN_BIN or not metrics:
+        return {"thresholds": dict(dis["thresholds"]),
+                "record": {"left": f"{len(rows)} check rows with gaps (< {MIN_BIN}): the export's thresholds"}}
+    err = {m: np.array([100 * abs(r[m]["predicted"] / r[m]["measured"] - 1) for r in rows]) for m in metrics}
+    gap = {m: np.array([abs(float(r[m]["gap"])) for r in rows]) for m in metrics}
+    worst = np.max(np.stack(list(err.values())), axis=0)
+    fired = np.array([float(r["distance_score"]) > unc["threshold"] for r in rows])
+    record: dict[str, Any] = {"rows": len(rows), "distance_warning": fire_rates(fired.astype(float), worst, 0.5)}
+    thresholds: dict[str, float] = {}
+    candidates = {m: choose_threshold(gap[m], err[m]) for m in metrics}
+    for m in sorted(metrics, key=lambda k: -youden_j(gap[k] > candidates[k], err[k])):
+        more = fired | (gap[m] > candidates[m])
+        before, after = youden_j(fired, worst), youden_j(more, worst)
+        record[m] = {"threshold": candidates[m], "youden_j": youden_j(gap[m] > candidates[m], err[m]),
+                     "export_threshold": dis["thresholds"].get(m), "kept": bool(after > before),
+                     "any_warning_j_before": before, "any_warning_j_after": after,
+                     **fire_rates(gap[m], err[m], candidates[m])}
+        if after > before:
+            thresholds[m], fired = candidates[m], more
+    record["any_warning"] = fire_rates(fired.astype(float), worst, 0.5)
+    return {"thresholds": thresholds, "record": record}
+
+
 def scaled_rows(rows: Sequence[dict[str, Any]], factors: dict[str, float]) -> list[dict[str, Any]]:
     """``rows`` with each metric's ``predicted`` multiplied by its factor."""
     return [{**r, **{m: {**r[m], "predicted": r[m]["predicted"] * f} for m, f in factors.items() if r.get(m)}}
@@ -265,6 +313,11 @@ def recalibrate(predictor: Path, checks: Sequence[Path], exclude: Collection[str
         rows = scaled_rows(rows, {m: fs["factor"] for m, fs in scale["kept"].items()})
     out = widen(unc["intervals"], rows)
     unc["intervals"] = out["intervals"]
+    warnings = real_model_warnings(unc, rows)
+    if warnings is not None:
+        unc["disagreement"]["calibration"]["real_models"] = {
+            **warnings["record"], "export_thresholds": unc["disagreement"]["thresholds"]}
+        unc["disagreement"]["thresholds"] = warnings["thresholds"]
     unc["calibration"]["real_models"] = {
         "checks": [str(f) for f in checks], "rows": len(rows),
         "left_out_models": sorted(set(exclude) & names),
