@@ -122,7 +122,8 @@ def _shipped_markdown(report: dict, metrics: list[str]) -> list[str]:
     dis = sh["uncertainty"].get("disagreement")
     if dis:
         lines += ["Disagreement warning (|log SeerNet - log trees| above a per-metric threshold, chosen on the "
-                  "same sets; kept where Youden's J >= the minimum): thresholds "
+                  "same sets; a metric's kept only where it raises the J of any warning there; "
+                  "`training.seernet.recalibrate` may choose them again on real-model checks): thresholds "
                   + (", ".join(f"{m} {t:.3f}" for m, t in dis["thresholds"].items()) or "none kept") + "."]
         for m, r in (ho.get("disagreement_warning") or {}).items():
             lines.append(f"- {m}: on this held-out test it fires on {fmt(r['fires_on_error_gt_25_pct'], 0)} % of "
