@@ -147,16 +147,18 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
 
 
 def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float,
-                   gaps: Mapping[str, float] | None) -> None:
+                   gaps: Mapping[str, float] | None, calibrated: bool = True) -> None:
     """Intervals on each metric (for the result's distance score, batch size
     and the metric's disagreement gap), and a warning when the graph lies
     beyond the calibrated distance threshold or the blend's two models
     disagree on a metric beyond its threshold
-    (:mod:`perfseer_rt.predict.uncertainty`)."""
+    (:mod:`perfseer_rt.predict.uncertainty`). ``calibrated``: the model
+    predicting is the one the intervals were calibrated for (the default);
+    another model's predictions get no interval."""
     dis = unc.disagreement
     for name, m in result["metrics"].items():
         gap = gaps.get(name) if gaps is not None else None
-        iv = uncertainty.interval(unc, name, distance, result["batch"], gap)
+        iv = uncertainty.interval(unc, name, distance, result["batch"], gap) if calibrated else None
         if iv is not None:
             m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
         if gap is not None:
@@ -277,7 +279,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         }
         if unc is not None and distance is not None:
             _add_intervals(result, unc, float(distance[i]),
-                           None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))))
+                           None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
+                           calibrated=(model or pred.default_model) == pred.default_model)
         if pred.memory is not None and pred.memory.peak in wanted:
             metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:
