@@ -63,7 +63,7 @@ from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.uncertainty import conformal_quantiles, takes
 from training.seernet.data import DatasetError, read_records
-from training.seernet.uncertainty import MIN_BIN, choose_threshold, fire_rates, youden_j
+from training.seernet.uncertainty import MIN_BIN, fire_rates, gap_warnings
 
 #: Percentage points of leave-one-check-out MAPE a field scale must gain to be kept.
 MIN_GAIN = 0.5
@@ -218,17 +218,10 @@ def real_model_warnings(unc: Mapping[str, Any], rows: Sequence[dict[str, Any]]) 
     worst = np.max(np.stack(list(err.values())), axis=0)
     fired = np.array([float(r["distance_score"]) > unc["threshold"] for r in rows])
     record: dict[str, Any] = {"rows": len(rows), "distance_warning": fire_rates(fired.astype(float), worst, 0.5)}
-    thresholds: dict[str, float] = {}
-    candidates = {m: choose_threshold(gap[m], err[m]) for m in metrics}
-    for m in sorted(metrics, key=lambda k: -youden_j(gap[k] > candidates[k], err[k])):
-        more = fired | (gap[m] > candidates[m])
-        before, after = youden_j(fired, worst), youden_j(more, worst)
-        record[m] = {"threshold": candidates[m], "youden_j": youden_j(gap[m] > candidates[m], err[m]),
-                     "export_threshold": dis["thresholds"].get(m), "kept": bool(after > before),
-                     "any_warning_j_before": before, "any_warning_j_after": after,
-                     **fire_rates(gap[m], err[m], candidates[m])}
-        if after > before:
-            thresholds[m], fired = candidates[m], more
+    thresholds, per_metric = gap_warnings({m: (gap[m], err[m]) for m in metrics}, gap, fired, worst)
+    for m, rec in per_metric.items():
+        record[m] = {**rec, "export_threshold": dis["thresholds"].get(m)}
+    fired = fired | np.any([gap[m] > t for m, t in thresholds.items()], axis=0) if thresholds else fired
     record["any_warning"] = fire_rates(fired.astype(float), worst, 0.5)
     return {"thresholds": thresholds, "record": record}
 

@@ -37,7 +37,7 @@ split, which neither the shipped model nor the calibration saw.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -149,7 +149,10 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
     gaps = np.concatenate([s.gaps for s in sets if s.gaps is not None]) if with_gaps else None
     ok = np.isfinite(errors)
     threshold = choose_threshold(scores[ok], errors[ok])
-    intervals, widths, thresholds, gap_record, gap_abs = {}, {}, {}, {}, {}
+    intervals: dict[str, dict[str, Any]] = {}
+    widths: dict[str, dict[str, float]] = {}
+    chosen_on: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    gap_abs: dict[str, np.ndarray] = {}
     for j, m in enumerate(metrics):
         true = np.concatenate([s.true[:, j] for s in sets])
         pred = np.concatenate([s.pred[:, j] for s in sets])
@@ -172,20 +175,11 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
             if width < best:
                 best = width
                 intervals[m] = {"coverage": coverage, "bins": scaled, "scale": "disagreement", "floor": floor}
-        err = ape(pred[good], true[good])
-        t = choose_threshold(g, err)
-        gap_record[m] = {"threshold": t, "youden_j": youden_j(g > t, err), **fire_rates(g, err, t)}
-        gap_abs[m] = np.where(np.isfinite(gaps[:, j]), np.abs(gaps[:, j]), 0.0)
+        chosen_on[m] = (g, ape(pred[good], true[good]))
+        gap_abs[m] = np.where(np.isfinite(gaps[:, j]), np.abs(gaps[:, j]), 0.0)[ok]
     disagreement = None
     if with_gaps:
-        fired = scores > threshold
-        for m in sorted(gap_record, key=lambda k: -gap_record[k]["youden_j"]):
-            before = youden_j(fired[ok], errors[ok])
-            more = fired | (gap_abs[m] > gap_record[m]["threshold"])
-            after = youden_j(more[ok], errors[ok])
-            gap_record[m].update(kept=bool(after > before), any_warning_j_before=before, any_warning_j_after=after)
-            if after > before:
-                thresholds[m], fired = gap_record[m]["threshold"], more
+        thresholds, gap_record = gap_warnings(chosen_on, gap_abs, scores[ok] > threshold, errors[ok])
         disagreement = {"model": gap_model, "output": gap_output, "thresholds": thresholds,
                         "calibration": {"warning": gap_record, "mean_interval_width": widths,
                                         "method": "per metric: the |gap| threshold maximises fire rate on >25 % "
@@ -202,6 +196,29 @@ def calibrate(sets: Sequence[PredictionSet], metrics: Sequence[str], coverage: f
                                       f"each split by batch size (groups up to {ru.BATCH_GROUPS}); "
                                       "threshold maximises fire rate on >25 % errors minus "
                                       "fire rate on <=10 % errors"}}
+
+
+def gap_warnings(chosen_on: Mapping[str, tuple[np.ndarray, np.ndarray]], gaps: Mapping[str, np.ndarray],
+                 fired: np.ndarray, worst: np.ndarray) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """The disagreement warning's thresholds (module doc): per metric, the
+    ``|gap|`` threshold that best separates that metric's errors
+    (``chosen_on[metric]`` = ``(|gap|, error %)``); then, best-separating
+    first, a metric's kept only where adding it to ``fired`` (what already
+    fires on the configs, distance warning included) raises the J of "any
+    warning" on their ``worst`` errors (``gaps[metric]``: ``|gap|`` on those
+    configs). Returns ``(kept thresholds, record per metric)``."""
+    record: dict[str, dict[str, Any]] = {}
+    for m, (g, err) in chosen_on.items():
+        t = choose_threshold(g, err)
+        record[m] = {"threshold": t, "youden_j": youden_j(g > t, err), **fire_rates(g, err, t)}
+    kept: dict[str, float] = {}
+    for m in sorted(record, key=lambda k: -record[k]["youden_j"]):
+        more = fired | (gaps[m] > record[m]["threshold"])
+        before, after = youden_j(fired, worst), youden_j(more, worst)
+        record[m].update(kept=bool(after > before), any_warning_j_before=before, any_warning_j_after=after)
+        if after > before:
+            kept[m], fired = record[m]["threshold"], more
+    return kept, record
 
 
 def score_batch_bins(r: np.ndarray, sc: np.ndarray, bt: np.ndarray, threshold: float,
