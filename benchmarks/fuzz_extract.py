@@ -2,12 +2,14 @@
 
 Seeds are real models (``examples/*.onnx``, ``tests/models/*.onnx``) and
 small hand-built graphs (conv chain with a shape subgraph, an attention
-block, a custom op, a quantized MatMul). Each case takes one seed and 1-3
+block, a custom op, a quantized MatMul, layers as nested model-local
+functions). Each case takes one seed and 1-3
 mutations: names (incl. invalid UTF-8, at the byte level), element types
 (0, STRING, 99, negative, huge), dims (0, -1, 2^31, 2^40, symbolic), attributes
 (huge/negative/zero pads, strides, kernels, groups, axes; wrong attribute
 types), truncation, byte flips, node deletion/duplication/reordering, op type
-swaps, graph growth (a long chain), and the batch (0, 65537, 2^40...).
+swaps, graph growth (a long chain), function bodies (ops, inputs, names,
+self-calls), and the batch (0, 65537, 2^40...).
 
 Every case runs in-process in a fresh temporary working directory, with a
 watchdog (``faulthandler`` dumps the stacks and exits if one case hangs for
@@ -119,7 +121,21 @@ def built_seeds() -> list[bytes]:
          helper.make_node("ConstantOfShape", ["s"], ["c"]),
          helper.make_node("Add", ["x", "c"], ["y"])],
         [vi("x", f, ["N", 64, 64])], [vi("y", f, None)], [])
-    return [m.SerializeToString() for m in (conv, attn, custom, quant, cos)]
+    # layers as model-local functions, one nested (torch's dynamo exporter, onnxscript)
+    lin = helper.make_function("local", "Linear", ["a", "w"], ["c"],
+                               [helper.make_node("MatMul", ["a", "w"], ["b"]),
+                                helper.make_node("Relu", ["b"], ["c"])], [helper.make_opsetid("", 17)])
+    pair = helper.make_function("local", "Pair", ["a", "w"], ["c"],
+                                [helper.make_node("Linear", ["a", "w"], ["b"], domain="local"),
+                                 helper.make_node("Linear", ["b", "w"], ["c"], domain="local")],
+                                [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    funcs = _model(
+        [helper.make_node("Pair", ["x", "w"], ["h"], domain="local", name="pair"),
+         helper.make_node("Linear", ["h", "w"], ["y"], domain="local", name="linear")],
+        [vi("x", f, ["N", 32])], [vi("y", f, None)], [_const("w", np.ones((32, 32), np.float32))],
+        domains=("local",))
+    funcs.functions.extend([lin, pair])
+    return [m.SerializeToString() for m in (conv, attn, custom, quant, cos, funcs)]
 
 
 def file_seeds() -> list[bytes]:
@@ -248,7 +264,28 @@ def mut_bytes(data: bytes, r) -> bytes:
     return bytes(b)
 
 
-PROTO_MUTATIONS = [mut_dtype, mut_dim, mut_attr, mut_op, mut_graph]
+def mut_function(m, r):
+    """Edit a model-local function: a body node's op or inputs, a call of
+    itself or of a missing function, or a renamed function."""
+    if not m.functions:
+        return
+    fn = r.choice(list(m.functions))
+    k = r.random()
+    if k < 0.3 and len(fn.node):
+        node = fn.node[r.randrange(len(fn.node))]
+        node.op_type = r.choice(OPS + [fn.name, "Missing"])
+        node.domain = r.choice(["", "local", "x"])
+    elif k < 0.5 and len(fn.node):
+        fn.node[r.randrange(len(fn.node))].input.append(r.choice(["", "nope", fn.input[0]]))
+    elif k < 0.7:
+        fn.name = r.choice(["Other", "", "\u00e9"])
+    elif k < 0.85:
+        del fn.output[:]
+    else:
+        del fn.opset_import[:]
+
+
+PROTO_MUTATIONS = [mut_dtype, mut_dim, mut_attr, mut_op, mut_graph, mut_function]
 
 
 def make_case(seeds: list[bytes], seed: int, i: int) -> tuple[bytes, int | None, list[str]]:

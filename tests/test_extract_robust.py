@@ -396,3 +396,77 @@ def test_long_1d_tensor_skips_onnx_data_propagation(monkeypatch):
     with pytest.raises(PerfSeerError):
         extract(_long_bias_model())
     assert used and not any(used)
+
+
+def _block_calls(n_calls: int, functions: bool) -> onnx.ModelProto:
+    """``n_calls`` MatMul+Relu blocks on a [1, 64] activation, as calls of a
+    model-local function (how torch's dynamo exporter keeps modules) or
+    written out."""
+    body = [helper.make_node("MatMul", ["a", "w"], ["b"]), helper.make_node("Relu", ["b"], ["c"])]
+    nodes, prev = [], "x"
+    for i in range(n_calls):
+        if functions:
+            nodes.append(helper.make_node("Block", [prev, "W"], [f"h{i}"], domain="local"))
+        else:
+            nodes += [helper.make_node("MatMul", [prev, "W"], [f"m{i}"]),
+                      helper.make_node("Relu", [f"m{i}"], [f"h{i}"])]
+        prev = f"h{i}"
+    m = model(nodes, [("x", [1, 64])], [(prev, None)], [const("W", (64, 64))],
+              domains=("local",) if functions else ())
+    if functions:
+        m.functions.append(helper.make_function("local", "Block", ["a", "w"], ["c"], body,
+                                                [helper.make_opsetid("", 18)]))
+    return m
+
+
+def test_model_local_functions_are_inlined_and_costed():
+    m = _block_calls(3, functions=True)
+    before = m.SerializeToString()
+    g, plain = extract(m), extract(_block_calls(3, functions=False))
+    assert g.node_ops == plain.node_ops == ["MatMul", "Relu"] * 3
+    assert not g.unknown_ops
+    np.testing.assert_array_equal(g.x, plain.x)
+    np.testing.assert_array_equal(g.u, plain.u)
+    assert g.globals["flops_total"] == 3 * (64 * 64 * 2 + 64) > 0
+    assert m.SerializeToString() == before  # the caller's model is not changed
+
+
+def test_functions_that_recurse_or_multiply_past_the_node_cap_are_refused():
+    rec = _block_calls(1, functions=True)
+    rec.functions[0].node.append(helper.make_node("Block", ["c", "w"], ["d"], domain="local"))
+    rec.functions[0].opset_import.append(helper.make_opsetid("local", 1))
+    with pytest.raises(GraphError, match="'Block' calls itself"):
+        extract(rec)
+    # F_k calls F_(k-1) twice: 2^30 nodes once inlined, counted without inlining
+    fns = [helper.make_function("local", "F0", ["a"], ["c"], [helper.make_node("Relu", ["a"], ["c"])],
+                                [helper.make_opsetid("", 18)])]
+    for k in range(1, 31):
+        fns.append(helper.make_function(
+            "local", f"F{k}", ["a"], ["c"],
+            [helper.make_node(f"F{k - 1}", ["a"], ["b"], domain="local"),
+             helper.make_node(f"F{k - 1}", ["b"], ["c"], domain="local")],
+            [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)]))
+    big = model([helper.make_node("F30", ["x"], ["y"], domain="local")], [("x", [1, 4])], [("y", None)],
+                domains=("local",))
+    big.functions.extend(fns)
+    t0 = time.process_time()
+    with pytest.raises(LimitError, match="functions inlined it has more than"):
+        extract(big)
+    assert time.process_time() - t0 < 5  # refused from the count: nothing was expanded
+
+
+def test_nodes_out_of_order_are_sorted_and_a_cycle_is_named():
+    ordered = _block_calls(3, functions=False)
+    shuffled = onnx.ModelProto()
+    shuffled.CopyFrom(ordered)
+    nodes = list(ordered.graph.node)[::-1]  # onnxruntime runs this order too
+    del shuffled.graph.node[:]
+    shuffled.graph.node.extend(nodes)
+    g, want = extract(shuffled), extract(ordered)
+    assert g.node_ops == want.node_ops
+    np.testing.assert_array_equal(g.x, want.x)
+    np.testing.assert_array_equal(g.edge_index, want.edge_index)
+    cyc = model([helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+                 helper.make_node("Relu", ["a"], ["b"], name="relu")], [("x", [1, 4])], [("b", None)])
+    with pytest.raises(GraphError, match="has a cycle .*'add'"):
+        extract(cyc)

@@ -34,6 +34,7 @@ from onnx import helper, numpy_helper
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
+from perfseer_rt.graph.inline import inline_functions
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
@@ -71,6 +72,7 @@ from perfseer_rt.graph.propagate import (
 )
 from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
 from perfseer_rt.graph.structure import structure_globals
+from perfseer_rt.graph.toposort import reordered, topological_order
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -376,7 +378,12 @@ class _Structure:
     folded away. :func:`extract_batches` builds it once per model."""
 
     def __init__(self, proto: onnx.ModelProto, name: str, max_nodes: int):
+        proto = inline_functions(proto, name, max_nodes)
         self.table = node_table(proto.graph)
+        order = topological_order(self.table, name)
+        if order is not None:  # nodes out of file order (onnxruntime sorts them too)
+            proto = reordered(proto, order)
+            self.table = node_table(proto.graph)
         self.akeys = attribute_keys(self.table)
         inits_read = _validate(proto, name, max_nodes, self.table, self.akeys)
         self.proto = proto

@@ -52,6 +52,7 @@ imports it), named :data:`INPUT_NAMES`, run with the manifest's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import types
@@ -459,12 +460,19 @@ def _parse(tp: Any, value: Any, where: str) -> Any:
     raise TypeError(f"manifest schema: unsupported type {tp!r} at {where}")  # a schema bug
 
 
+@functools.lru_cache(maxsize=None)
+def _schema_of(cls: type) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``cls``'s resolved field types and field names (resolving the string
+    annotations is most of a manifest's parse time: once per class)."""
+    return typing.get_type_hints(cls), tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
                   allow: Sequence[str] = ()) -> dict[str, Any] | Any:
     if not isinstance(doc, dict):
         raise ManifestError(f"{where or 'manifest'}: expected an object, got {type(doc).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    hints, names = _schema_of(cls)
+    fields = [f for f in names if f not in skip]
     prefix = f"{where}." if where else ""
     for f in fields:
         if _key(f) not in doc:
