@@ -27,6 +27,8 @@ DTYPES: dict[int, tuple[str, float]] = {
 FLOAT_TYPES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 23, 24, 27, 28})
 #: Integer types that quantized models compute in.
 QUANT_TYPES = frozenset({2, 3, 21, 22, 25, 26})
+#: Their names (weights stored so in a float model: quantized weight-only).
+QUANT_NAMES = frozenset(DTYPES[t][0] for t in QUANT_TYPES)
 
 
 def itemsize(elem_type: int, what: str = "a tensor") -> float:

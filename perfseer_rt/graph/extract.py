@@ -33,6 +33,7 @@ from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
+from perfseer_rt.graph.contrib import contrib_rule
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.inline import inline_functions
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
@@ -51,6 +52,7 @@ from perfseer_rt.graph.nodes import (
     attribute_keys,
     has_subgraph,
     node_table,
+    read_attrs,
 )
 from perfseer_rt.graph.ops import (
     PARAM_INPUTS,
@@ -415,7 +417,7 @@ class _Structure:
             return None
         try:
             return Propagation(self.table, self.folded, typed, constants, late, self.proto,
-                               opset, self.akeys).run(self.kept, deadline)
+                               opset, self.akeys, contrib_rule).run(self.kept, deadline)
         except GiveUp as exc:
             log.debug("%s: shape propagation gave up (%s)", self.name, exc)
             return None
@@ -837,10 +839,25 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
     if dtype != "float32":
         warnings.append(f"the model computes mostly in {dtype}; perfseer-rt's shipped "
                         "predictors were trained on float32 models only")
+    else:
+        quant = {k: v for k, v in by_dtype.items() if k in dtypes.QUANT_NAMES}
+        share = sum(quant.values()) / sum(by_dtype.values()) if quant else 0.0
+        if share >= QUANT_WEIGHT_WARN_SHARE:
+            warnings.append(f"{share:.0%} of the weight bytes are stored as "
+                            f"{'/'.join(sorted(quant))} (quantized weights, dequantized as the "
+                            "model runs in float32); perfseer-rt's shipped predictors were "
+                            "trained on float32 weights only")
     return meta, warnings
 
 
+#: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
+#: that computes in float32 from which the weight-only quantization is flagged.
+QUANT_WEIGHT_WARN_SHARE = 0.1
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: Rounds of typing unknown ops' outputs and re-running onnx's inference: a
+#: round reaches the next unknown op along a path (a chain of custom ops
+#: needs one per op); each round is under the extraction's time limit.
+GUESS_ROUNDS = 64
 _COMPUTE_TYPES = dtypes.FLOAT_TYPES | dtypes.QUANT_TYPES
 #: Deepest nesting of control-flow subgraphs that is costed.
 MAX_SUBGRAPH_DEPTH = 8
@@ -1017,11 +1034,12 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
                               shapes: dict[str, TypedShape], needed: set[str],
                               folded: list[onnx.NodeProto], deadline: Deadline,
                               proto: onnx.ModelProto) -> dict[str, TypedShape]:
-    """Outputs of ops onnx has no schema for (custom domains) are assumed to
-    keep the shape and type of their first input; inference is re-run from
-    there so that the rest of the graph resolves. Documented generic rule;
-    standard ops are never guessed."""
-    for _ in range(8):
+    """Outputs of ops onnx has no schema for (custom domains) are typed by
+    their rule where they have one (:mod:`perfseer_rt.graph.contrib`: the
+    contrib ops of onnxruntime), else assumed to keep the shape and type of
+    their first input; inference is re-run from there so that the rest of
+    the graph resolves. Documented generic rule; standard ops are never guessed."""
+    for _ in range(GUESS_ROUNDS):
         extra = _control_flow_shapes(nodes, shapes)
         todo = [n for n in nodes if any(o and o not in shapes for o in n.output)
                 and n.input and n.input[0] in shapes and not _has_schema(n)]
@@ -1029,15 +1047,35 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
             return shapes
         deadline.check("shape inference")
         for n in todo:
-            elem, shape = shapes[n.input[0]]
+            typed = _contrib_shapes(n, shapes)
+            if typed is None:
+                typed = [shapes[n.input[0]]] * len(n.output)
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
-                      for o in n.output if o and o not in shapes]
+                      for o, (elem, shape) in zip(n.output, typed) if o and o not in shapes]
         sk.graph.value_info.extend(extra)
         new, _ = infer_shapes(sk, needed, folded, deadline, proto)
         if len(new) <= len(shapes):
             return shapes
         shapes = new
     return shapes
+
+
+def _contrib_shapes(node: onnx.NodeProto, shapes: dict[str, TypedShape]
+                    ) -> list[TypedShape] | None:
+    """The output types of a contrib op by its rule (None: no rule, or the
+    rule cannot type every output from what is known)."""
+    rule = contrib_rule(node.domain, node.op_type)
+    if rule is None:
+        return None
+    attrs, _, _, _ = read_attrs(node.attribute)
+    try:
+        typed = rule([shapes.get(i) if i else None for i in node.input], lambda pos: None,
+                     attrs, len(node.output), 1)
+    except (GiveUp, IndexError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if typed is None or len(typed) < len(node.output):
+        return None
+    return typed
 
 
 def _median(col: np.ndarray) -> float:

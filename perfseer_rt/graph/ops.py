@@ -138,6 +138,7 @@ PARAM_INPUTS: dict[str, frozenset[int]] = {
     "MatMulInteger": frozenset({2, 3}), "ConvInteger": frozenset({2, 3}),
     "QuantizeLinear": frozenset({1, 2}), "DequantizeLinear": frozenset({1, 2}),
     "DynamicQuantizeMatMul": frozenset({2, 3}),
+    "GroupQueryAttention": frozenset({5, 6}),  # seqlens_k, total_sequence_length
     "MatMulIntegerToFloat": frozenset({2, 3, 4, 5}),
 }
 
@@ -153,6 +154,7 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "ThresholdedRelu": 1, "HardSigmoid": 3, "HardSwish": 4, "Sigmoid": 4,
     "Tanh": 4, "Softplus": 3, "Softsign": 3, "Mish": 8, "Gelu": 8,
     "QuickGelu": 5, "FastGelu": 8, "BiasGelu": 9,
+    "RotaryEmbedding": 3, "BiasAdd": 2, "BiasDropout": 2,
 }
 
 #: Ops that only move or re-view data: 0 FLOPs.
@@ -168,7 +170,8 @@ DATA_MOVEMENT: frozenset[str] = frozenset({
 _VARIADIC = frozenset({"Sum", "Max", "Min", "Mean"})
 _NORMS = frozenset({"LayerNormalization", "InstanceNormalization",
                     "GroupNormalization", "SimplifiedLayerNormalization",
-                    "SkipLayerNormalization"})
+                    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                    "EmbedLayerNormalization"})
 _REDUCTIONS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
                          "ArgMax", "ArgMin", "TopK", "CumSum"})
 
@@ -284,10 +287,21 @@ def _einsum(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
 
 
 def _attention(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """Scores and weighted sum (2 MACs per score and head dim) plus softmax
+    (5 per score). onnxruntime's contrib ``Attention`` takes the input and
+    a 2-D ``[in, q + k + v]`` weight instead of Q, K, V: its projection
+    (2 per weight element and token) is counted too."""
     q = _t(ins[0])
     k = _t(ins[1]) if len(ins) > 1 and ins[1] is not None else q
     heads = int(attrs.get("num_heads", attrs.get("q_num_heads", 1)) or 1)
-    if len(q.shape) == 4:  # (B, heads, S, head_dim)
+    projection = 0
+    if len(k.shape) == 2 and len(q.shape) == 3:  # contrib Attention: (input, weights)
+        b, s_q, _ = q.shape
+        projection = 2 * b * s_q * k.elems
+        hidden = outs[0].shape[-1]
+        s_kv = outs[1].shape[3] if len(outs) > 1 and len(outs[1].shape) == 5 else s_q
+        hd = hidden // heads
+    elif len(q.shape) == 4:  # (B, heads, S, head_dim)
         b, heads, s_q, hd = q.shape
         s_kv = k.shape[2]
     else:  # (B, S, hidden)
@@ -295,7 +309,40 @@ def _attention(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
         s_kv = k.shape[1] if len(k.shape) == 3 else s_q
         hd = hidden // heads
     scores = b * heads * s_q * s_kv
-    return NodeCost(2 * 2 * scores * hd + 5 * scores, {"in_channels": heads * hd})
+    return NodeCost(projection + 2 * 2 * scores * hd + 5 * scores, {"in_channels": heads * hd})
+
+
+def _group_query_attention(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """GroupQueryAttention: scores of every query head over the present
+    sequence (past plus new tokens), as :func:`_attention`; the rotary
+    embedding it may apply (3 per query and key element) is counted too."""
+    out = outs[0]
+    b, s_q, hidden = out.shape
+    heads = int(attrs["num_heads"])  # KeyError if absent: not ruled
+    hd = hidden // heads
+    present = outs[1] if len(outs) > 1 else None
+    s_kv = present.shape[2] if present is not None and len(present.shape) == 4 else s_q
+    scores = b * heads * s_q * s_kv
+    rotary = 3 * 2 * out.elems if attrs.get("do_rotary", 0) else 0
+    return NodeCost(2 * 2 * scores * hd + 5 * scores + rotary, {"in_channels": heads * hd})
+
+
+def _block_quantized_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """MatMulNBits / MatMulBnb4: ``A [.., K]`` times a block-quantized
+    ``[K, N]`` weight (attributes K and N): the MatMul count (2 per MAC)
+    plus the weight's dequantization, one per weight element per call."""
+    k, n = int(attrs["K"]), int(attrs["N"])  # KeyError if absent: not ruled
+    has_bias = len(ins) > 5 and ins[5] is not None
+    flops = 2 * outs[0].elems * k + k * n + (outs[0].elems if has_bias else 0)
+    return NodeCost(flops, {"has_bias": int(has_bias), "in_channels": k, "out_channels": n})
+
+
+def _fused_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """FusedMatMul (MatMul with transposed operands and a scale): the MatMul count."""
+    a = _t(ins[0])
+    k = a.shape[-2] if attrs.get("transA", 0) and len(a.shape) >= 2 else a.shape[-1]
+    n = outs[0].shape[-1] if outs[0].shape else 1
+    return NodeCost(2 * outs[0].elems * k, {"in_channels": k, "out_channels": n})
 
 
 def _norm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
@@ -397,6 +444,10 @@ COST_RULES: dict[str, CostRule] = {
     "MatMulIntegerToFloat": _integer_matmul, "ConvInteger": _integer_conv,
     "DynamicQuantizeLinear": _dynamic_quantize,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
+    # onnxruntime contrib ops (shapes: perfseer_rt.graph.contrib)
+    "GroupQueryAttention": _group_query_attention,
+    "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,
+    "FusedMatMul": _fused_matmul, "GatherBlockQuantized": _quantize,
 }
 
 
@@ -426,7 +477,7 @@ def node_cost(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> tuple[NodeCost, bo
         return _generic(op, ins, outs, attrs), False
     try:
         cost, ruled = rule(op, ins, outs, attrs), True
-    except (IndexError, AttributeError, TypeError, ZeroDivisionError, ValueError):
+    except (IndexError, KeyError, AttributeError, TypeError, ZeroDivisionError, ValueError):
         cost, ruled = _generic(op, ins, outs, attrs), False
     _check_cost(op, cost)
     return cost, ruled

@@ -848,12 +848,17 @@ class Propagation:
             of :func:`perfseer_rt.graph.shapes.infer_shapes` reads.
         model: the model (for per-node onnx inference of other ops).
         opset: the model's default-domain opset.
+        domain_rules: ``(domain, op) -> rule or None`` for ops of other
+            domains (:func:`perfseer_rt.graph.contrib.contrib_rule`); the
+            pass gives up on one without a rule.
     """
 
     def __init__(self, table: list[Row], folded: set[int], typed: dict[str, TypedShape],
                  constants: dict[str, onnx.TensorProto], late: set[str],
-                 model: onnx.ModelProto, opset: int, akeys: list[str | None] | None = None):
+                 model: onnx.ModelProto, opset: int, akeys: list[str | None] | None = None,
+                 domain_rules: Callable[[str, str], Rule | None] | None = None):
         self.table = table
+        self.domain_rules = domain_rules
         self.akeys = attribute_keys(table) if akeys is None else akeys
         self.folded = folded
         self.shapes = typed
@@ -882,8 +887,14 @@ class Propagation:
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
             op, _, domain, ins, outs, attrs, tensors, _, loose = row
-            if domain or loose:
-                raise GiveUp(f"domain {domain!r}" if domain else "attribute read by presence")
+            if loose:
+                raise GiveUp("attribute read by presence")
+            if domain:
+                domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
+                if domain_rule is None:
+                    raise GiveUp(f"domain {domain!r}")
+                self._domain_node(domain_rule, ins, outs, attrs, shapes, producer, k)
+                continue
             for o in outs:
                 if o:
                     if o in shapes or o in producer:
@@ -893,7 +904,14 @@ class Propagation:
             result: Sequence[TypedShape | None] | None = None
             entry = rules.get(op)
             if entry is None:
-                entry = rules[op] = _rule_at(op, self.opset)
+                try:
+                    entry = rules[op] = _rule_at(op, self.opset)
+                except GiveUp:  # no onnx schema: onnxruntime registers a few such ops here
+                    domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
+                    if domain_rule is None:
+                        raise
+                    self._domain_node(domain_rule, ins, outs, attrs, shapes, None, k)
+                    continue
             rule, since = entry
             key = None
             checked = False  # the result's dims are known to be in range
@@ -944,6 +962,35 @@ class Propagation:
         if self.used_late and not self.folded:
             raise GiveUp("an initializer value onnx's first pass does not read")
         return shapes
+
+    def _domain_node(self, rule: Rule, ins: tuple[str, ...], outs: tuple[str, ...], attrs: Attrs,
+                     shapes: dict[str, TypedShape], producer: dict[str, int] | None, k: int) -> None:
+        """Type the outputs of a node of another domain with its rule (GiveUp
+        where the rule cannot: onnx's whole-graph inference then decides);
+        ``producer``: None when the node's outputs are registered already."""
+        if producer is not None:
+            for o in outs:
+                if o:
+                    if o in shapes or o in producer:
+                        raise GiveUp(f"tensor {o!r} defined twice")
+                    producer[o] = k
+        try:
+            result = rule([shapes.get(i) if i else None for i in ins], _no_values, attrs,
+                          len(outs), 1)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError,
+                OverflowError):
+            result = None
+        if result is None or len(result) < max((i + 1 for i, o in enumerate(outs) if o), default=0):
+            raise GiveUp("a node of another domain its rule cannot type")
+        for o, typed in zip(outs, result):
+            if o:
+                shape = typed[1]
+                if shape and (min(shape) < 0 or max(shape) >= _MAX_DIM):
+                    raise GiveUp("dim out of range")
+                shapes[o] = typed
+        for t in ins:
+            if t and t not in shapes:
+                raise GiveUp(f"tensor {t!r} of a kept node unresolved")
 
     def _onnx_node(self, k: int, op: str, ins: tuple[str, ...],
                    in_types: list[TypedShape | None]) -> list[TypedShape | None]:
