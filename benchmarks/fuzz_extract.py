@@ -3,7 +3,8 @@
 Seeds are real models (``examples/*.onnx``, ``tests/models/*.onnx``) and
 small hand-built graphs (conv chain with a shape subgraph, an attention
 block, a custom op, a quantized MatMul, layers as nested model-local
-functions). Each case takes one seed and 1-3
+functions, an int4 LLaMA-style layer and a fused BERT layer of onnxruntime
+contrib ops). Each case takes one seed and 1-3
 mutations: names (incl. invalid UTF-8, at the byte level), element types
 (0, STRING, 99, negative, huge), dims (0, -1, 2^31, 2^40, symbolic), attributes
 (huge/negative/zero pads, strides, kernels, groups, axes; wrong attribute
@@ -23,6 +24,11 @@ watchdog (``faulthandler`` dumps the stacks and exits if one case hangs for
 * ``files_written``: anything left in the working directory or the seed
   directories.
 
+* ``aborted``: the case ended its process (an abort or crash inside a C++
+  library, no exception to catch, or the hang watchdog); by default cases
+  run in child processes (:func:`supervised`) and the run goes on after
+  such a case.
+
 Case ``i`` of seed ``s`` is reproducible alone (``--only i``).
 Run: ``python -m benchmarks.fuzz_extract --cases 10000 --seed 1``.
 """
@@ -34,6 +40,8 @@ import faulthandler
 import json
 import os
 import random
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +58,7 @@ if str(ROOT) not in sys.path:
 
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.errors import PerfSeerError  # noqa: E402
+from tests.contrib_models import bert_layer, llama_block  # noqa: E402
 
 SLOW_S = 5.0
 HUGE = [0, -1, -7, 1, 2, 3, 2**31 - 1, 2**31, 2**40, 2**62, 65537]
@@ -135,7 +144,9 @@ def built_seeds() -> list[bytes]:
         [vi("x", f, ["N", 32])], [vi("y", f, None)], [_const("w", np.ones((32, 32), np.float32))],
         domains=("local",))
     funcs.functions.extend([lin, pair])
-    return [m.SerializeToString() for m in (conv, attn, custom, quant, cos, funcs)]
+    # onnxruntime contrib ops: an int4 LLaMA-style layer and a fused BERT layer
+    return [m.SerializeToString() for m in (conv, attn, custom, quant, cos, funcs, llama_block(),
+                                            bert_layer())]
 
 
 def file_seeds() -> list[bytes]:
@@ -217,6 +228,10 @@ def mut_op(m, r):
     n.op_type = r.choice(OPS)
     if r.random() < 0.2:
         n.domain = r.choice(["", "com.microsoft", "ai.onnx.ml", "x"])
+    if r.random() < 0.2:  # a contrib op in place of a standard one (or the reverse)
+        n.op_type = r.choice(["MatMulNBits", "GroupQueryAttention", "GatherBlockQuantized",
+                              "SkipSimplifiedLayerNormalization", "Attention", "FusedMatMul"])
+        n.domain = "com.microsoft"
 
 
 def mut_graph(m, r):
@@ -340,51 +355,110 @@ def run_case(data: bytes, batch, watch_dirs: list[Path]) -> dict:
 
 
 def fuzz(cases: int, seed: int, hang_s: float = 120.0, only: int | None = None,
-         crashes: Path | None = None, progress: bool = True) -> dict:
-    """Run ``cases`` cases; returns the summary (counts and failing cases)."""
+         crashes: Path | None = None, progress: bool = True, start: int = 0,
+         log: Path | None = None) -> dict:
+    """Run cases ``start..cases-1`` (or case ``only``) in this process;
+    returns the summary (counts and failing cases). With ``log``, one JSON
+    line per case is appended to it, written before the case runs (its
+    index) and after (its result), so that a case that kills the process is
+    known (:func:`supervised`)."""
     seeds = built_seeds() + file_seeds()
-    summary: Counter = Counter()
-    errors: Counter = Counter()
-    failures: list[dict] = []
-    slowest = (0.0, -1)
+    results: list[dict] = []
     old_cwd = os.getcwd()
-    indices = [only] if only is not None else range(cases)
+    indices = [only] if only is not None else range(start, cases)
     try:
         from tqdm import tqdm
         it = tqdm(indices, desc="fuzz", unit="case", disable=not progress, mininterval=2)
     except ImportError:  # tqdm is optional here
         it = indices
+    log_fh = open(log, "a", buffering=1) if log is not None else None  # line-buffered
     with tempfile.TemporaryDirectory(prefix="psrt-fuzz-") as tmp:
         os.chdir(tmp)
         watch = [Path(tmp), ROOT, ROOT / "examples", Path(old_cwd)]
         try:
             for i in it:
                 data, batch, applied = make_case(seeds, seed, i)
+                if log_fh is not None:
+                    log_fh.write(json.dumps({"case": i, "started": True}) + "\n")
+                if i == _ABORT_AT:  # the supervisor's own test: a case that kills its process
+                    os.abort()
                 faulthandler.dump_traceback_later(hang_s, exit=True)
                 res = run_case(data, batch, watch)
                 faulthandler.cancel_dump_traceback_later()
-                summary[res["outcome"]] += 1
-                if "error" in res and res["outcome"] == "typed":
-                    errors[res["error"]] += 1
-                bad = res["outcome"] in ("traceback", "internal") or res.get("bad_features") \
-                    or res["written"] or res["cpu_s"] > SLOW_S
-                summary["slow"] += res["cpu_s"] > SLOW_S
-                summary["bad_features"] += bool(res.get("bad_features"))
-                summary["files_written"] += bool(res["written"])
-                slowest = max(slowest, (res["cpu_s"], i))
-                if bad:
-                    failures.append({"case": i, "batch": batch, "mutations": applied, **res})
-                    if crashes is not None:
-                        crashes.mkdir(parents=True, exist_ok=True)
-                        (crashes / f"seed{seed}_case{i}.onnx").write_bytes(data)
+                res.update(case=i, batch=batch, mutations=applied)
+                results.append(res)
+                if log_fh is not None:
+                    log_fh.write(json.dumps(res, default=str) + "\n")
+                if crashes is not None and _is_failure(res):
+                    crashes.mkdir(parents=True, exist_ok=True)
+                    (crashes / f"seed{seed}_case{i}.onnx").write_bytes(data)
         finally:
             os.chdir(old_cwd)
-    return {"cases": len(indices), "seed": seed, "ok": summary["ok"], "typed": summary["typed"],
+            if log_fh is not None:
+                log_fh.close()
+    return summarize(results, seed)
+
+
+#: Case index at which an in-process run aborts (``PSRT_FUZZ_ABORT_AT``; for
+#: tests/test_fuzz_extract.py, which checks that :func:`supervised` goes on).
+_ABORT_AT = int(os.environ.get("PSRT_FUZZ_ABORT_AT", "-1"))
+
+
+def _is_failure(res: dict) -> bool:
+    return bool(res["outcome"] in ("traceback", "internal", "abort") or res.get("bad_features")
+                or res.get("written") or res.get("cpu_s", 0) > SLOW_S)
+
+
+def summarize(results: list[dict], seed: int) -> dict:
+    """The counts over per-case results (:func:`run_case`'s, with ``case``)."""
+    summary: Counter = Counter(r["outcome"] for r in results)
+    errors = Counter(r["error"] for r in results if r["outcome"] == "typed" and "error" in r)
+    slowest = max(((r.get("cpu_s", 0.0), r["case"]) for r in results), default=(0.0, -1))
+    failures = [r for r in results if _is_failure(r)]
+    return {"cases": len(results), "seed": seed, "ok": summary["ok"], "typed": summary["typed"],
             "internal": summary["internal"], "traceback": summary["traceback"],
-            "slow_over_5s": summary["slow"], "bad_features": summary["bad_features"],
-            "files_written": summary["files_written"], "typed_by_class": dict(errors),
+            "aborted": summary["abort"],
+            "slow_over_5s": sum(r.get("cpu_s", 0) > SLOW_S for r in results),
+            "bad_features": sum(bool(r.get("bad_features")) for r in results),
+            "files_written": sum(bool(r.get("written")) for r in results),
+            "typed_by_class": dict(errors),
             "slowest_cpu_s": round(slowest[0], 3), "slowest_case": slowest[1],
             "failures": failures[:50]}
+
+
+def supervised(cases: int, seed: int, hang_s: float, crashes: Path | None) -> dict:
+    """:func:`fuzz` in child processes: a case that kills its process (an
+    abort or a crash inside a C++ library, which no exception reports) is
+    counted as ``aborted`` and the run goes on from the next case."""
+    results: list[dict] = []
+    start = 0
+    with tempfile.TemporaryDirectory(prefix="psrt-fuzz-log-") as tmp:
+        log = Path(tmp) / "cases.jsonl"
+        while start < cases:
+            cmd = [sys.executable, "-m", "benchmarks.fuzz_extract", "--in-process", "--cases",
+                   str(cases), "--seed", str(seed), "--start", str(start), "--hang-s",
+                   str(hang_s), "--log", str(log)] + (["--crashes", str(crashes)] if crashes else [])
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode
+            done = {}
+            started = None
+            for line in log.read_text().splitlines():
+                rec = json.loads(line)
+                if rec.get("started"):
+                    started = rec["case"]
+                else:
+                    done[rec["case"]] = rec
+            results = [done[i] for i in sorted(done)]
+            if started is None or started in done:  # the child finished its range
+                break
+            results.append({"case": started, "outcome": "abort", "returncode": rc, "cpu_s": 0.0})
+            if crashes is not None:
+                data, _, _ = make_case(built_seeds() + file_seeds(), seed, started)
+                crashes.mkdir(parents=True, exist_ok=True)
+                (crashes / f"seed{seed}_case{started}.onnx").write_bytes(data)
+            with open(log, "a") as fh:  # the next child's log follows
+                fh.write(json.dumps(results[-1]) + "\n")
+            start = started + 1
+    return summarize(sorted(results, key=lambda r: r["case"]), seed)
 
 
 def main() -> int:
@@ -396,13 +470,26 @@ def main() -> int:
                     help="wall seconds before the watchdog dumps stacks and exits")
     ap.add_argument("--crashes", type=Path, default=None,
                     help="directory to save failing cases' bytes")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run every case in this process (default: in child processes that a "
+                         "case killing its process does not stop)")
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--log", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     t0 = time.process_time()
-    out = fuzz(args.cases, args.seed, args.hang_s, args.only, args.crashes)
-    out["total_cpu_s"] = round(time.process_time() - t0, 1)
-    print(json.dumps(out, indent=1))
-    bad = out["traceback"] + out["internal"] + out["slow_over_5s"] + out["bad_features"] \
-        + out["files_written"]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if args.in_process or args.only is not None:
+        out = fuzz(args.cases, args.seed, args.hang_s, args.only, args.crashes, start=args.start,
+                   log=args.log)
+    else:
+        out = supervised(args.cases, args.seed, args.hang_s, args.crashes)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["total_cpu_s"] = round(time.process_time() - t0 + after.ru_utime + after.ru_stime
+                               - children.ru_utime - children.ru_stime, 1)
+    if args.log is None:
+        print(json.dumps(out, indent=1))
+    bad = out["traceback"] + out["internal"] + out["aborted"] + out["slow_over_5s"] \
+        + out["bad_features"] + out["files_written"]
     return 1 if bad else 0
 
 

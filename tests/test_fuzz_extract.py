@@ -4,10 +4,11 @@ and the crashes it found, as regression tests."""
 import time
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from benchmarks.fuzz_extract import built_seeds, fuzz, make_case, run_case
+from benchmarks.fuzz_extract import built_seeds, fuzz, make_case, run_case, supervised
 from perfseer_rt import extract
 from perfseer_rt.errors import GraphError
 from tests.onnx_builders import const, model
@@ -73,3 +74,29 @@ def test_huge_static_input_dim_is_refused_fast():
     with pytest.raises(ShapeError, match="over the supported maximum"):
         extract(m)
     assert time.process_time() - t0 < 1
+
+
+def test_attribute_declared_as_another_kind_is_refused_not_an_abort():
+    """Fuzz seed 10 case 6079: Swin's Constant with its tensor ``value``
+    declared FLOAT made onnx's C++ shape inference abort the process (a
+    failed std::clamp assertion), no exception to catch."""
+    m = model([helper.make_node("Constant", [], ["c"], name="k",
+                                value=helper.make_tensor("v", TensorProto.INT64, [1], [4])),
+               helper.make_node("Reshape", ["x", "c"], ["y"])], [("x", [2, 2])], [("y", None)])
+    m.graph.node[0].attribute[0].type = onnx.AttributeProto.FLOAT
+    with pytest.raises(GraphError, match="node 'k': attribute 'value' is declared FLOAT but holds a "
+                                         "TENSOR value"):
+        extract(m)
+    m.graph.node[0].attribute[0].type = onnx.AttributeProto.TENSOR
+    assert extract(m).node_ops == ["Reshape"]
+
+
+def test_a_case_that_kills_its_process_is_counted_and_the_run_goes_on(monkeypatch, tmp_path):
+    """Seed 10 case 6079 aborted the whole fuzzer from inside onnx's C++
+    code before the supervisor: cases now run in child processes."""
+    monkeypatch.setenv("PSRT_FUZZ_ABORT_AT", "2")
+    out = supervised(cases=5, seed=0, hang_s=120, crashes=tmp_path)
+    assert out["cases"] == 5 and out["aborted"] == 1
+    assert [f["case"] for f in out["failures"]] == [2]
+    assert (tmp_path / "seed0_case2.onnx").exists()
+    assert out["ok"] + out["typed"] == 4

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import onnx
 
+from perfseer_rt.errors import GraphError
+
 Attrs = dict[str, Any]
 Row = tuple[str, str, str, tuple[str, ...], tuple[str, ...], Attrs,
             dict[str, onnx.TensorProto], list[onnx.AttributeProto], bool]
@@ -59,18 +61,27 @@ def read_attrs(attributes: Sequence[onnx.AttributeProto]
         t = a.type
         if t == _INT:
             attrs[a.name] = a.i
-            loose = loose or not a.HasField("i")
+            if not a.HasField("i"):
+                loose = _check_kind(a)
         elif t == _INTS:
             attrs[a.name] = a.ints[:]
+            if not a.ints:
+                _check_kind(a)
         elif t == _FLOAT:
             attrs[a.name] = a.f
-            loose = loose or not a.HasField("f")
+            if not a.HasField("f"):
+                loose = _check_kind(a)
         elif t == _STRING:
             attrs[a.name] = a.s.decode("utf-8", "replace")
-            loose = loose or not a.HasField("s")
+            if not a.HasField("s"):
+                loose = _check_kind(a)
         elif t == _FLOATS:
             attrs[a.name] = a.floats[:]
+            if not a.floats:
+                _check_kind(a)
         elif t == _TENSOR:
+            if not a.HasField("t"):
+                _check_kind(a)
             tensors[a.name] = a.t
         elif t == _AT.UNDEFINED:  # very old files leave the type unset
             loose = True
@@ -92,6 +103,26 @@ def read_attrs(attributes: Sequence[onnx.AttributeProto]
     return attrs, tensors or _NO_TENSORS, other or _NO_OTHER, loose
 
 
+#: The value field of each attribute kind (the rare check of :func:`_check_kind`).
+_KIND_FIELDS = ((_AT.INT, "i"), (_AT.FLOAT, "f"), (_AT.STRING, "s"), (_AT.TENSOR, "t"),
+                (_AT.GRAPH, "g"), (_AT.SPARSE_TENSOR, "sparse_tensor"), (_AT.TYPE_PROTO, "tp"))
+_LIST_FIELDS = ((_AT.INTS, "ints"), (_AT.FLOATS, "floats"), (_AT.STRINGS, "strings"),
+                (_AT.TENSORS, "tensors"), (_AT.GRAPHS, "graphs"))
+
+
+def _check_kind(a: onnx.AttributeProto) -> bool:
+    """An attribute whose declared type's field is empty: True (read by
+    presence: loose) when it holds nothing else; a corrupt file when it
+    holds a value of another kind (onnx's C++ inference then reads a
+    default and has aborted the process on such a Constant), a GraphError."""
+    held = [k for k, f in _KIND_FIELDS if a.HasField(f)] + [k for k, f in _LIST_FIELDS
+                                                             if len(getattr(a, f))]
+    if held and a.type not in held:
+        raise GraphError(f"attribute {a.name!r} is declared {_AT.AttributeType.Name(a.type)} but "
+                         f"holds a {_AT.AttributeType.Name(held[0])} value; the file is corrupt")
+    return True
+
+
 def node_table(graph: onnx.GraphProto) -> list[Row]:
     """The graph's nodes as rows, in graph order."""
     rows: list[Row] = []
@@ -99,7 +130,10 @@ def node_table(graph: onnx.GraphProto) -> list[Row]:
     for n in graph.node:
         a = n.attribute
         if a:
-            attrs, tensors, other, loose = read_attrs(a)
+            try:
+                attrs, tensors, other, loose = read_attrs(a)
+            except GraphError as exc:
+                raise GraphError(f"node {n.name or n.op_type!r}: {exc}") from None
         else:
             attrs, tensors, other, loose = _NONE, _NO_TENSORS, _NO_OTHER, False
         # a slice copies a repeated field in one C call; tuple() of the field
