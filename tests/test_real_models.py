@@ -73,3 +73,22 @@ def test_fp16_model_is_flagged_and_its_weights_are_two_bytes():
     assert fp16.globals["params_total"] == fp32.globals["params_total"]
     assert fp16.globals["weight_total"] == pytest.approx(fp32.globals["weight_total"] / 2, rel=0.01)
     assert fp32.warnings == []
+
+
+def test_llama_from_torchs_default_exporter_at_opset_20_and_23():
+    """The same LLaMA through torch's dynamo exporter: at opset 23 it uses
+    the standard Attention, RMSNormalization and RotaryEmbedding ops where
+    opset 20 spells them out; both extract with every op costed, and the
+    two counts of one model agree."""
+    g20 = extract(MODELS / "llama_dynamo_op20.onnx", dims={"seq": 64})
+    g23 = extract(MODELS / "llama_dynamo_op23.onnx", dims={"seq": 64})
+    assert {"Attention", "RMSNormalization", "RotaryEmbedding"} <= set(g23.node_ops)
+    assert not {"Attention", "RMSNormalization"} & set(g20.node_ops)
+    assert g20.unknown_ops == [] and g23.unknown_ops == []
+    # 64 tokens x 2 FLOPs x (2 layers x (q, o: 64x64; k, v: 64x32; gate, up, down: 64x128)
+    # + lm_head 64x256); attention's own MatMuls come on top
+    dense = 64 * 2 * (2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 256)
+    assert dense < _matmul_flops(g20) < 1.2 * dense
+    assert g23.globals["flops_total"] == pytest.approx(g20.globals["flops_total"], rel=0.03)
+    # the same weights (op 20 also holds a few scalar constants: exponents, epsilons)
+    assert g23.globals["params_total"] == pytest.approx(g20.globals["params_total"], abs=8)

@@ -171,7 +171,7 @@ _VARIADIC = frozenset({"Sum", "Max", "Min", "Mean"})
 _NORMS = frozenset({"LayerNormalization", "InstanceNormalization",
                     "GroupNormalization", "SimplifiedLayerNormalization",
                     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
-                    "EmbedLayerNormalization"})
+                    "EmbedLayerNormalization", "RMSNormalization"})
 _REDUCTIONS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
                          "ArgMax", "ArgMin", "TopK", "CumSum"})
 

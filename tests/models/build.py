@@ -2,7 +2,8 @@
 
 Needs torch and ``transformers`` (not needed by the tests, which only read
 the files). Every model is built from a config with random weights, exported
-with a dynamic batch (and sequence) axis, and stripped to its structure
+with a dynamic batch (and sequence) axis (LLaMA: torch's dynamo exporter,
+sequence only), and stripped to its structure
 (weights >= 1 KiB become external data that is then deleted; the dims stay).
 Run: ``python -m tests.models.build`` (a minute or two on one core).
 """
@@ -114,6 +115,21 @@ def gpt2_kv() -> onnx.ModelProto:
     return export(model, (ids, mask, *past), names, dyn, None)
 
 
+def llama_dynamo(opset: int) -> onnx.ModelProto:
+    """A 2-layer LLaMA (grouped-query attention, RMS norm, rotary, SwiGLU)
+    through torch's default exporter (dynamo) at ``opset``: at 23 it writes
+    the new standard ops (Attention, RMSNormalization, RotaryEmbedding)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                      max_position_embeddings=128, use_cache=False)
+    ids = torch.ones(1, 8, dtype=torch.long)
+    prog = torch.onnx.export(LlamaForCausalLM(cfg).eval(), (ids,), dynamo=True, opset_version=opset,
+                             dynamic_shapes=({1: torch.export.Dim("seq")},), verbose=False)
+    return prog.model_proto
+
+
 def quantized(proto: onnx.ModelProto) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -167,6 +183,8 @@ def main() -> None:
         "gpt2_kv.onnx": gpt2_kv,
         "bert_small_int8.onnx": lambda: quantized(small_bert),
         "bert_small_fp16.onnx": lambda: fp16(small_bert),
+        "llama_dynamo_op20.onnx": lambda: llama_dynamo(20),
+        "llama_dynamo_op23.onnx": lambda: llama_dynamo(23),
     }
     only = set(sys.argv[1:])
     for name, build in builders.items():
