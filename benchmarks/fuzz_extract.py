@@ -10,7 +10,8 @@ mutations: names (incl. invalid UTF-8, at the byte level), element types
 (huge/negative/zero pads, strides, kernels, groups, axes; wrong attribute
 types), truncation, byte flips, node deletion/duplication/reordering, op type
 swaps, graph growth (a long chain), function bodies (ops, inputs, names,
-self-calls), and the batch (0, 65537, 2^40...).
+self-calls), model fields (opset imports, IR version, value_info shapes,
+clashing names, external-data entries), and the batch (0, 65537, 2^40...).
 
 Every case runs in-process in a fresh temporary working directory, with a
 watchdog (``faulthandler`` dumps the stacks and exits if one case hangs for
@@ -300,7 +301,51 @@ def mut_function(m, r):
         del fn.opset_import[:]
 
 
-PROTO_MUTATIONS = [mut_dtype, mut_dim, mut_attr, mut_op, mut_graph, mut_function]
+def mut_model(m, r):
+    """Model-level fields: opset imports, IR version, value_info shapes,
+    clashing names, external-data entries."""
+    g = m.graph
+    k = r.random()
+    if k < 0.2 and len(m.opset_import):
+        imp = r.choice(list(m.opset_import))
+        imp.version = r.choice([1, 6, 7, 9, 11, 13, 21, 23, 24, 25, 99, -1, 2**40])
+        if r.random() < 0.3:
+            imp.domain = r.choice(["", "ai.onnx", "com.microsoft", "x"])
+    elif k < 0.3:
+        m.ir_version = r.choice([0, 1, 3, 4, 7, 10, 11, 12, 99, -5])
+    elif k < 0.45:
+        names = [t for n in g.node for t in n.output if t]
+        if names:  # a shape claimed for an intermediate tensor, often wrong
+            dims = [r.choice(HUGE + [1, 2, 8]) for _ in range(r.randint(0, 5))]
+            g.value_info.append(helper.make_tensor_value_info(r.choice(names), r.choice(DTYPES), dims))
+    elif k < 0.65:
+        pool = [t.name for t in g.initializer] + [vi.name for vi in g.input] + \
+            [t for n in g.node for t in n.output if t]
+        if len(pool) >= 2:  # one name given to two different things
+            a, b = r.sample(pool, 2)
+            for t in g.initializer:
+                if t.name == a:
+                    t.name = b
+                    break
+            else:
+                for n in g.node:
+                    if a in n.output:
+                        n.output[list(n.output).index(a)] = b
+                        break
+    elif len(g.initializer):  # its data said to live in a file
+        t = r.choice(list(g.initializer))
+        t.data_location = onnx.TensorProto.EXTERNAL
+        del t.external_data[:]
+        for key, value in (("location", r.choice(["w.bin", "../../etc/passwd", "/dev/zero", "",
+                                                  "\u00e9.bin"])),
+                           ("offset", r.choice(["0", "-1", "99999999999", "x"])),
+                           ("length", r.choice(["4", "-4", "1099511627776", ""]))):
+            if r.random() < 0.8:
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+
+
+PROTO_MUTATIONS = [mut_dtype, mut_dim, mut_attr, mut_op, mut_graph, mut_function, mut_model]
 
 
 def make_case(seeds: list[bytes], seed: int, i: int) -> tuple[bytes, int | None, list[str]]:
