@@ -33,9 +33,10 @@ def _x(ins: Types, i: int) -> tuple[int, Shape] | None:
     return ins[i] if len(ins) > i else None
 
 
-def _int(attrs: Attrs, name: str, default: int | None = None) -> int:
+def _int(attrs: Attrs, name: str, default: int | None = None, lo: int = 1) -> int:
+    """An integer attribute in ``lo..2^40`` (GiveUp otherwise: the rule cannot type the node)."""
     v = attrs.get(name, default)
-    if type(v) is not int or not 0 <= v < 1 << 40:
+    if type(v) is not int or not lo <= v < 1 << 40:
         raise GiveUp(f"attribute {name}")
     return v
 
@@ -68,9 +69,9 @@ def _fused_matmul(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int
     if a is None or b is None:
         return None
     sa, sb = a[1], b[1]
-    if len(sa) >= 2 and _int(attrs, "transA", 0):
+    if len(sa) >= 2 and _int(attrs, "transA", 0, lo=0):
         sa = sa[:-2] + (sa[-1], sa[-2])
-    if len(sb) >= 2 and _int(attrs, "transB", 0):
+    if len(sb) >= 2 and _int(attrs, "transB", 0, lo=0):
         sb = sb[:-2] + (sb[-1], sb[-2])
     out = _matmul_shape(sa, sb)
     return None if out is None else [(a[0], out)]
@@ -109,12 +110,10 @@ def _gqa(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Resu
     key, past = _x(ins, 1), _x(ins, 3)
     if past is not None and len(past[1]) == 4:
         head = past[1][3]
-    elif key is not None and len(key[1]) == 3 and kv_heads:
+    elif key is not None and len(key[1]) == 3:
         head = key[1][2] // kv_heads
-    elif heads + 2 * kv_heads:  # packed QKV in the query
+    else:  # packed QKV in the query
         head = width // (heads + 2 * kv_heads)
-    else:
-        return None
     out: list[tuple[int, Shape]] = [(q[0], (b, s, heads * head))]
     if n_out > 1:
         if past is None:
@@ -141,10 +140,8 @@ def _attention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -
         past = _x(ins, 4)
         if past is not None and len(past[1]) == 5:
             present = _present(past, x[1][1], 3)
-        elif heads:
-            present = (x[0], (2, x[1][0], heads, x[1][1], v_width // heads))
         else:
-            present = None
+            present = (x[0], (2, x[1][0], heads, x[1][1], v_width // heads))
         if present is None:
             return None
         out.append(present)
