@@ -92,3 +92,14 @@ def test_llama_from_torchs_default_exporter_at_opset_20_and_23():
     assert g23.globals["flops_total"] == pytest.approx(g20.globals["flops_total"], rel=0.03)
     # the same weights (op 20 also holds a few scalar constants: exponents, epsilons)
     assert g23.globals["params_total"] == pytest.approx(g20.globals["params_total"], abs=8)
+
+
+def test_the_exporter_is_read_and_a_dynamo_export_is_flagged():
+    """The shipped CPU predictors were trained on TorchScript exports; the
+    dynamo exporter's spelling of a model can use other memory (README,
+    "Exporters"), so predictions on its exports say so."""
+    dyn = extract(MODELS / "llama_dynamo_op20.onnx", dims={"seq": 16})
+    ts = extract(MODELS / "bert_small.onnx", dims={"seq": 16})
+    assert dyn.info["exporter"] == "torch-dynamo" and ts.info["exporter"] == "torch-torchscript"
+    assert any("dynamo exporter" in w for w in dyn.warnings)
+    assert not any("dynamo exporter" in w for w in ts.warnings)

@@ -400,3 +400,21 @@ def test_models_over_the_protobuf_limit_use_external_data(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]  # temp dir removed
     stripped = export_onnx(cfg, tmp_path / "s.onnx", structure_only=True)
     assert not (tmp_path / "s.onnx.data").exists() and stripped.stat().st_size < 50_000
+
+
+def test_dynamo_exporter_writes_the_same_model_marked_as_such(tmp_path):
+    """``exporter="dynamo"`` (torch's default exporter, for the exporter
+    checks): same inputs and batch handling; the file reads as a dynamo
+    export; an unknown exporter is refused."""
+    from perfseer_rt import extract
+    from training.zoo import export_onnx, parse_spec
+    from training.zoo.errors import SpecError
+
+    cfg = parse_spec("resnet:depth=18,width=0.25,res=32")
+    ts = extract(export_onnx(cfg, tmp_path / "ts.onnx"), batch=3)
+    dyn = extract(export_onnx(cfg, tmp_path / "dyn.onnx", exporter="dynamo"), batch=3)
+    assert (ts.info["exporter"], dyn.info["exporter"]) == ("torch-torchscript", "torch-dynamo")
+    assert dyn.input_shapes == ts.input_shapes
+    assert dyn.globals["flops_total"] == pytest.approx(ts.globals["flops_total"], rel=0.02)
+    with pytest.raises(SpecError, match="unknown exporter"):
+        export_onnx(cfg, tmp_path / "x.onnx", exporter="jit")

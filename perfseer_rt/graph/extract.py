@@ -34,6 +34,7 @@ from onnx import helper, numpy_helper
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.contrib import contrib_rule
+from perfseer_rt.graph.exporter import TORCH_DYNAMO, exporter
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.inline import inline_functions
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
@@ -401,6 +402,7 @@ class _Structure:
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         self.data_inputs = len(graph_inputs(proto))
         self.fast = _fast_setup(proto, inits_read)
+        self.exporter = exporter(proto)
         self.folded = set(range(len(self.table))) - set(self.kept)
 
     def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
@@ -790,6 +792,9 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
     u = _globals(x, edge_index, edge_attr, batch_size, params_unique, bytes_unique)
     meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
+    meta["exporter"] = st.exporter
+    if st.exporter == TORCH_DYNAMO:
+        warnings.append(DYNAMO_WARNING)
     warnings += control_notes
     return PerfGraph(
         node_names=[r[1] or f"{r[0]}_{i}" for i, r in enumerate(rows)],
@@ -850,6 +855,12 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
     return meta, warnings
 
 
+#: The warning on a model written by torch's dynamo exporter (README, "Exporters").
+DYNAMO_WARNING = ("exported by torch's dynamo exporter (torch.onnx.export(dynamo=True), torch's "
+                  "default since 2.9); perfseer-rt's shipped CPU predictors were trained on "
+                  "TorchScript exports (dynamo=False), and the two exports of one model can use "
+                  "different memory under onnxruntime (a ViT-S/16 at batch 8: 1.6x): export with "
+                  "dynamo=False for predictions within their stated intervals")
 #: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
 #: that computes in float32 from which the weight-only quantization is flagged.
 QUANT_WEIGHT_WARN_SHARE = 0.1

@@ -39,6 +39,7 @@ from perfseer_rt.predict.uncertainty import DISAGREEMENT_WARNING, DISTANCE_WARNI
 from perfseer_rt.profile import environment
 from training.campaign.probe import speed_probe
 from training.zoo import export_onnx, parse_spec
+from training.zoo.export import EXPORTERS
 
 METRICS = ("latency_ms", "peak_mem_mb")
 
@@ -102,11 +103,13 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def exported(spec: str, work: Path) -> Path:
-    """The ONNX file of ``spec`` in ``work``, exported there on first use."""
-    path = work / (re.sub(r"[^a-z0-9_]", "_", spec) + ".onnx")
+def exported(spec: str, work: Path, exporter: str = "torchscript") -> Path:
+    """The ONNX file of ``spec`` in ``work``, exported there on first use
+    (``exporter``: torch's exporter, :data:`training.zoo.export.EXPORTERS`)."""
+    suffix = "" if exporter == "torchscript" else f".{exporter}"
+    path = work / (re.sub(r"[^a-z0-9_]", "_", spec) + suffix + ".onnx")
     if not path.exists():
-        export_onnx(parse_spec(spec), str(path))
+        export_onnx(parse_spec(spec), str(path), exporter=exporter)
     return path
 
 
@@ -125,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--core", type=int, default=1, help="CPU core the profiler is pinned to")
     ap.add_argument("--work", type=Path, default=Path("/tmp/perfseer-user-check"))
     ap.add_argument("--repredict", action="store_true", help="keep the measurements, predict again")
+    ap.add_argument("--exporter", choices=EXPORTERS, default="torchscript",
+                    help="torch's exporter for the models (the datasets use torchscript; dynamo is "
+                         "torch's default since 2.9)")
     a = ap.parse_args(argv)
     if a.repredict and not a.out.is_file():
         ap.error(f"--repredict: {a.out} does not exist (nothing measured to predict again)")
@@ -132,10 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     if a.repredict:
         for r in tqdm(doc["rows"], desc="re-predict"):
-            path = exported(r["spec"], a.work)
+            path = exported(r["spec"], a.work, r.get("exporter", "torchscript"))
             r.update(compare({m: r[m]["measured"] for m in METRICS}, predict_row(str(path), r["batch"], a.device)))
         doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
         _save(a.out, doc)
+    if any(r.get("exporter", "torchscript") != a.exporter for r in doc["rows"]):
+        ap.error(f"{a.out} holds rows of another exporter; one file per exporter")
     done = {(r["spec"], r["batch"]) for r in doc["rows"]}
     todo = [(s, b) for s in a.specs for b in a.batches if (s, b) not in done]
     if todo:
@@ -143,14 +151,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             **{k: v for k, v in environment().items() if k.startswith("cpu") or k.startswith("onnx")},
             "measured_with": f"taskset -c {a.core} perfseer-rt profile MODEL --batch B --json "
                              "(CPU provider, 1 thread, defaults)",
-            "models": "exported with training.zoo.export_onnx (random weights)"})
+            "models": "exported with training.zoo.export_onnx (random weights)"
+                      + ("" if a.exporter == "torchscript" else f", exporter={a.exporter}")})
         doc["predicted_with"] = f"perfseer-rt predict MODEL --batch B --device {a.device} --json"
     failed = {f["spec"] for f in doc.get("not_exportable", [])}
     for spec, batch in tqdm(todo, desc="user check"):
         if spec in failed:
             continue
         try:
-            path = exported(spec, a.work)
+            path = exported(spec, a.work, a.exporter)
         except Exception as e:  # noqa: BLE001 - any exporter failure: a user gets no ONNX of it either
             # the plan is fixed before measuring: a model torch cannot export
             # is recorded as such, never replaced by another draw
@@ -163,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe = (probe + probe_core(a.core)) / 2
         measured = {m: float(prof.get("metrics", prof)[m]) for m in METRICS}
         doc["rows"].append({"spec": spec, "batch": batch, "speed_probe_ms": probe,
+                            **({} if a.exporter == "torchscript" else {"exporter": a.exporter}),
                             **compare(measured, predict_row(str(path), batch, a.device))})
         _save(a.out, doc)
     if not a.out.exists():

@@ -5,7 +5,8 @@ materialized with ``to_empty`` and filled by :func:`deterministic_init` from a
 ``torch.Generator`` seeded with the architecture id, so the same config gives
 byte-identical ONNX files across runs.
 
-Export uses the TorchScript exporter (``dynamo=False``) with constant folding:
+Export uses the TorchScript exporter (``dynamo=False``) with constant folding
+(``exporter="dynamo"``: torch's default exporter, for checks only):
 eval-mode BatchNorm is folded into the preceding conv, dead branches are
 removed, shape tensors stay small inline constants. The model is traced once
 at batch 2 with a dynamic axis named ``"batch"`` on every input and output; a
@@ -154,8 +155,13 @@ def _fix_batch(model: onnx.ModelProto, batch: int) -> None:
     del model.graph.value_info[:]
 
 
+#: torch's ONNX exporters: the TorchScript one (every dataset here) and the dynamo one.
+EXPORTERS = ("torchscript", "dynamo")
+
+
 def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None = None,
-                structure_only: bool = False, opset: int = 18, seed: int | None = None) -> Path:
+                structure_only: bool = False, opset: int = 18, seed: int | None = None,
+                exporter: str = "torchscript") -> Path:
     """Export ``config`` to ONNX at ``path``; return the path.
 
     Args:
@@ -166,8 +172,13 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
         structure_only: keep only shapes: tensors >= 1 KiB are written as
             external data to ``<name>.data`` which is then deleted (initializer
             dims remain; small int tensors such as reshape shapes stay inline).
-        opset: ONNX opset version.
+        opset: ONNX opset version (TorchScript exporter; the dynamo exporter
+            writes its own default, as a user calling it plainly gets).
         seed: weight seed (None -> derived from ``arch_id``).
+        exporter: ``"torchscript"`` (``dynamo=False`` with constant folding:
+            every dataset) or ``"dynamo"`` (``dynamo=True``, torch's default
+            since 2.9: what a user exporting today gets; for the checks of
+            README "Exporters").
 
     Models over :data:`LARGE_MODEL_BYTES` of weights are saved with their
     weights in ``<name>.data`` beside ``path`` (onnxruntime finds it there).
@@ -195,9 +206,19 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
         entry = meta.metadata_props.add()
         entry.key, entry.value = key, value
 
+    if exporter not in EXPORTERS:
+        raise SpecError(f"unknown exporter {exporter!r}: expected one of {', '.join(EXPORTERS)}")
     with torch.no_grad(), warnings.catch_warnings(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         warnings.simplefilter("ignore")
-        if large:  # over the 2 GB protobuf limit: let torch write external data, then load it
+        if exporter == "dynamo":
+            batch_dim = torch.export.Dim(BATCH_DIM, min=1)
+            program = torch.onnx.export(
+                model, args, dynamo=True, input_names=kwargs["input_names"],
+                output_names=kwargs["output_names"], verbose=False,
+                dynamic_shapes=tuple({0: batch_dim} for _ in args))
+            del model
+            proto = program.model_proto
+        elif large:  # over the 2 GB protobuf limit: let torch write external data, then load it
             torch.onnx.export(model, args, os.path.join(tmp, "model.onnx"), **kwargs)
             del model
             proto = onnx.load(os.path.join(tmp, "model.onnx"))

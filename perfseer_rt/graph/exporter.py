@@ -1,0 +1,35 @@
+"""Which exporter wrote a model, as far as the file tells.
+
+torch has two ONNX exporters that spell one model differently: the
+TorchScript one (``torch.onnx.export(..., dynamo=False)``, which wrote every
+model perfseer-rt's CPU predictors were trained on) and the dynamo one
+(``dynamo=True``, torch's default since 2.9), which marks every node with
+``pkg.torch.onnx.*`` metadata. The two spellings of one model can run
+differently under onnxruntime (README, "Exporters"), so a prediction says
+which one it saw.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+TORCH_DYNAMO = "torch-dynamo"
+TORCH_TORCHSCRIPT = "torch-torchscript"
+#: Node metadata keys the dynamo exporter writes.
+_DYNAMO_PREFIX = "pkg.torch.onnx."
+#: Nodes looked at for that metadata (every node of a dynamo export has it).
+_NODES_LOOKED_AT = 8
+
+
+def exporter(proto: onnx.ModelProto) -> str:
+    """``"torch-dynamo"``, ``"torch-torchscript"``, else the file's
+    ``producer_name`` (``"unknown"`` when empty). A dynamo export whose node
+    metadata was stripped reads as TorchScript."""
+    producer = proto.producer_name or "unknown"
+    if producer != "pytorch":
+        return producer
+    for node in proto.graph.node[:_NODES_LOOKED_AT]:
+        for prop in node.metadata_props:
+            if prop.key.startswith(_DYNAMO_PREFIX):
+                return TORCH_DYNAMO
+    return TORCH_TORCHSCRIPT
