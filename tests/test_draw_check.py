@@ -49,7 +49,7 @@ def test_varying_weights_finds_batch_dependent_weights():
 def test_user_check_records_a_model_torch_cannot_export_and_measures_nothing(tmp_path, monkeypatch):
     from training.seernet import user_check
 
-    def no_export(cfg, path):
+    def no_export(cfg, path, **kw):
         raise RuntimeError("Exporting the operator 'aten::rms_norm' to ONNX opset version 18 is not supported")
 
     def no_cli(*args, **kw):
@@ -84,7 +84,7 @@ def test_user_check_rows_keep_a_speed_probe_taken_on_the_measuring_core(tmp_path
             return {"metrics": {"latency_ms": 10.0, "peak_mem_mb": 50.0}}
         return {"metrics": {"latency_ms": {"value": 11.0}, "peak_mem_mb": {"value": 45.0}}}
 
-    monkeypatch.setattr(user_check, "export_onnx", lambda cfg, path: Path(path).write_bytes(b""))
+    monkeypatch.setattr(user_check, "export_onnx", lambda cfg, path, **kw: Path(path).write_bytes(b""))
     monkeypatch.setattr(user_check, "_cli", cli)
     monkeypatch.setattr(user_check, "speed_probe", probe)
     out = tmp_path / "check.json"
@@ -95,3 +95,25 @@ def test_user_check_rows_keep_a_speed_probe_taken_on_the_measuring_core(tmp_path
     assert row["speed_probe_ms"] == 2.0 and seen == [{core}, {core}]
     assert os.sched_getaffinity(0) == affinity  # the caller's affinity is back
     assert abs(row["latency_ms"]["error_pct"] - 10.0) < 1e-9 and abs(row["peak_mem_mb"]["error_pct"] + 10.0) < 1e-9
+
+
+def test_exporter_check_pairs_rows_by_model_and_batch():
+    """The report pairs the two exporters' rows of one (spec, batch) and
+    lists models only one exporter measured."""
+    from training.seernet.exporter_check import paired, report
+
+    def row(spec, batch, lat, mem, pred_mem):
+        return {"spec": spec, "batch": batch,
+                "latency_ms": {"measured": lat, "predicted": lat, "error_pct": 0.0, "inside_interval": True},
+                "peak_mem_mb": {"measured": mem, "predicted": pred_mem,
+                                "error_pct": (pred_mem / mem - 1) * 100, "inside_interval": True}}
+
+    ts = {"rows": [row("timm:model=a,res=224", 1, 10.0, 100.0, 90.0),
+                   row("timm:model=b,res=224", 1, 5.0, 50.0, 50.0)]}
+    dyn = {"rows": [row("timm:model=a,res=224", 1, 10.0, 160.0, 90.0)],
+           "not_exportable": [{"spec": "timm:model=b,res=224", "error": "x"}]}
+    assert [(a["spec"], b["peak_mem_mb"]["measured"]) for a, b in paired(ts, dyn)] == \
+        [("timm:model=a,res=224", 160.0)]
+    text = report(ts, dyn, ["ts.json", "dyn.json"])
+    assert "| a | 1 | 10.0 / 10.0 (1.00) | 100.0 / 160.0 (1.60) |" in text
+    assert "not exportable: timm:model=b,res=224" in text
