@@ -217,6 +217,8 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
                 output_names=kwargs["output_names"], verbose=False,
                 dynamic_shapes=tuple({0: batch_dim} for _ in args))
             del model
+            if program is None:  # torch returns None only when writing to a file
+                raise SpecError("the dynamo exporter returned no program")
             proto = program.model_proto
         elif large:  # over the 2 GB protobuf limit: let torch write external data, then load it
             torch.onnx.export(model, args, os.path.join(tmp, "model.onnx"), **kwargs)
