@@ -807,8 +807,9 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
                 weight_sizes: dict[str, tuple[int, float, int]], flops_by_dtype: dict[int, float]
                 ) -> tuple[dict[str, Any], list[str]]:
     """Facts about the model that are not features (``PerfGraph.info``) and
-    the warnings they raise: shared weights, weight inputs, and the compute
-    dtype (the element type of the inputs of the nodes that do most FLOPs)."""
+    the warnings they raise: shared weights, weight inputs, the compute
+    dtype (the element type of the inputs of the nodes that do most FLOPs)
+    and, in a float32 model, the share of weight bytes stored quantized."""
     shared = {t: n for t, n in weight_uses.items() if n > 1}
     shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
     per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
