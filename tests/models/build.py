@@ -2,8 +2,8 @@
 
 Needs torch and ``transformers`` (not needed by the tests, which only read
 the files). Every model is built from a config with random weights, exported
-with a dynamic batch (and sequence) axis (LLaMA: torch's dynamo exporter,
-sequence only), and stripped to its structure
+with a dynamic batch (and sequence) axis (LLaMA: through torch's dynamo
+exporter), and stripped to its structure
 (weights >= 1 KiB become external data that is then deleted; the dims stay).
 Run: ``python -m tests.models.build`` (a minute or two on one core).
 """
@@ -124,9 +124,10 @@ def llama_dynamo(opset: int) -> onnx.ModelProto:
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                       max_position_embeddings=128, use_cache=False)
-    ids = torch.ones(1, 8, dtype=torch.long)
+    ids = torch.ones(2, 8, dtype=torch.long)
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
     prog = torch.onnx.export(LlamaForCausalLM(cfg).eval(), (ids,), dynamo=True, opset_version=opset,
-                             dynamic_shapes=({1: torch.export.Dim("seq")},), verbose=False)
+                             dynamic_shapes=(dims,), verbose=False)
     return prog.model_proto
 
 
