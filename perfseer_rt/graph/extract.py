@@ -859,10 +859,10 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
 #: The warning on a model written by torch's dynamo exporter (README, "Exporters").
 DYNAMO_WARNING = ("exported by torch's dynamo exporter (dynamo=True, torch's default since 2.9); "
                   "perfseer-rt's CPU predictors were trained on TorchScript exports (dynamo=False): "
-                  "on 16 timm models measured both ways, memory predictions held on average, but "
-                  "ViTs exported by dynamo used 1.1-2.0x the memory of their TorchScript exports and "
-                  "were predicted up to 55 % low (README, \"Exporters\"); export with dynamo=False "
-                  "for predictions within their intervals")
+                  "on timm models measured both ways, latency predictions held, but dynamo exports of "
+                  "attention models (Swin, PVT, ViT) used up to 2.7x the memory of their TorchScript "
+                  "exports and memory was predicted up to 71 % low (README, \"Exporters\"); export "
+                  "with dynamo=False for memory predictions within their intervals")
 #: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
 #: that computes in float32 from which the weight-only quantization is flagged.
 QUANT_WEIGHT_WARN_SHARE = 0.1
