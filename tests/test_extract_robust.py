@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from perfseer_rt import extract
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes
+from perfseer_rt.graph.extract import FIXED_SHAPES_WARNING
 from perfseer_rt.graph.limits import MAX_BATCH
 from tests.onnx_builders import const, model, single_op
 
@@ -193,7 +194,7 @@ def test_tied_weights_counted_once():
                    [const("w", (64, 64)), const("w2", (64, 64)), const("w3", (64, 64))])
     u = extract(untied)
     assert u.globals["params_total"] == 3 * 64 * 64
-    assert u.info["shared_weights"] == 0 and not u.warnings
+    assert u.info["shared_weights"] == 0 and u.warnings == [FIXED_SHAPES_WARNING]
 
 
 def test_weights_shared_through_identity_and_transpose_counted_once():
@@ -302,7 +303,7 @@ def test_loop_with_static_trip_count_multiplies_its_body():
     g = extract(_loop_model(10))
     assert g.node_ops == ["Loop"]
     assert g.globals["flops_total"] == 10 * 2 * 8 * 64 * 64
-    assert g.warnings == []
+    assert g.warnings == [FIXED_SHAPES_WARNING]  # no note on the loop
 
 
 def test_loop_with_unknown_trip_count_assumes_one_and_says_so():
@@ -470,3 +471,14 @@ def test_nodes_out_of_order_are_sorted_and_a_cycle_is_named():
                  helper.make_node("Relu", ["a"], ["b"], name="relu")], [("x", [1, 4])], [("b", None)])
     with pytest.raises(GraphError, match="has a cycle .*'add'"):
         extract(cyc)
+
+
+def test_fixed_input_shapes_are_read_and_flagged():
+    """onnxruntime plans CPU memory differently when every shape is known
+    (README, "Exporters"): a model whose inputs are all fixed says so; the
+    same model with a dynamic batch axis does not."""
+    fixed = extract(single_op("Relu", [2, 4]))
+    dynamic = extract(single_op("Relu", ["N", 4]), batch=2)
+    assert fixed.info["fixed_input_shapes"] and not dynamic.info["fixed_input_shapes"]
+    assert FIXED_SHAPES_WARNING in fixed.warnings and FIXED_SHAPES_WARNING not in dynamic.warnings
+    np.testing.assert_array_equal(fixed.x, dynamic.x)  # the features do not see it

@@ -1,4 +1,5 @@
-"""Which exporter wrote a model, as far as the file tells.
+"""How a model was exported, as far as the file tells: which exporter
+wrote it, and whether its input shapes are fixed.
 
 torch has two ONNX exporters that spell one model differently: the
 TorchScript one (``torch.onnx.export(..., dynamo=False)``, which wrote every
@@ -6,7 +7,9 @@ model perfseer-rt's CPU predictors were trained on) and the dynamo one
 (``dynamo=True``, torch's default since 2.9), which marks every node with
 ``pkg.torch.onnx.*`` metadata. The two spellings of one model can run
 differently under onnxruntime (README, "Exporters"), so a prediction says
-which one it saw.
+which one it saw. So can one model exported with and without a dynamic
+batch axis: onnxruntime plans CPU memory differently when every shape is
+known when the session is created.
 """
 
 from __future__ import annotations
@@ -33,3 +36,17 @@ def exporter(proto: onnx.ModelProto) -> str:
             if prop.key.startswith(_DYNAMO_PREFIX):
                 return TORCH_DYNAMO
     return TORCH_TORCHSCRIPT
+
+
+def fixed_input_shapes(inputs: list[onnx.ValueInfoProto]) -> bool:
+    """Whether every one of ``inputs`` (the data inputs) has all its dims
+    given as numbers in the file (no dynamic axis); False without inputs."""
+    if not inputs:
+        return False
+    for vi in inputs:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            return False
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                return False
+    return True
