@@ -400,11 +400,11 @@ class _Structure:
         self.derived = shape_derived(self.table, self.const)
         self.roots = weight_roots(self.table, self.const)
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
-        self.data_inputs = len(graph_inputs(proto))
+        inputs = graph_inputs(proto)
+        self.data_inputs = len(inputs)
         self.fast = _fast_setup(proto, inits_read)
         self.exporter = exporter(proto)
-        self.fixed_shapes = fixed_input_shapes(
-            [vi for vi in graph_inputs(proto) if vi.name not in self.weights])
+        self.fixed_shapes = fixed_input_shapes([vi for vi in inputs if vi.name not in self.weights])
         self.folded = set(range(len(self.table))) - set(self.kept)
 
     def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
