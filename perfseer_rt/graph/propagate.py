@@ -889,17 +889,17 @@ class Propagation:
             op, _, domain, ins, outs, attrs, tensors, _, loose = row
             if loose:
                 raise GiveUp("attribute read by presence")
-            if domain:
-                domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
-                if domain_rule is None:
-                    raise GiveUp(f"domain {domain!r}")
-                self._domain_node(domain_rule, ins, outs, attrs, shapes, producer, k)
-                continue
             for o in outs:
                 if o:
                     if o in shapes or o in producer:
                         raise GiveUp(f"tensor {o!r} defined twice")
                     producer[o] = k
+            if domain:
+                domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
+                if domain_rule is None:
+                    raise GiveUp(f"domain {domain!r}")
+                self._domain_node(domain_rule, ins, outs, attrs, shapes)
+                continue
             in_types = [shapes.get(i) if i else None for i in ins]
             result: Sequence[TypedShape | None] | None = None
             entry = rules.get(op)
@@ -910,7 +910,7 @@ class Propagation:
                     domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
                     if domain_rule is None:
                         raise
-                    self._domain_node(domain_rule, ins, outs, attrs, shapes, None, k)
+                    self._domain_node(domain_rule, ins, outs, attrs, shapes)
                     continue
             rule, since = entry
             key = None
@@ -964,16 +964,10 @@ class Propagation:
         return shapes
 
     def _domain_node(self, rule: Rule, ins: tuple[str, ...], outs: tuple[str, ...], attrs: Attrs,
-                     shapes: dict[str, TypedShape], producer: dict[str, int] | None, k: int) -> None:
-        """Type the outputs of a node of another domain with its rule (GiveUp
-        where the rule cannot: onnx's whole-graph inference then decides);
-        ``producer``: None when the node's outputs are registered already."""
-        if producer is not None:
-            for o in outs:
-                if o:
-                    if o in shapes or o in producer:
-                        raise GiveUp(f"tensor {o!r} defined twice")
-                    producer[o] = k
+                     shapes: dict[str, TypedShape]) -> None:
+        """Type the outputs of a node of another domain (its outputs already
+        registered) with its rule (GiveUp where the rule cannot: onnx's
+        whole-graph inference then decides)."""
         try:
             result = rule([shapes.get(i) if i else None for i in ins], _no_values, attrs,
                           len(outs), 1)
