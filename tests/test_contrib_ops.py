@@ -4,12 +4,15 @@ GenAI builder writes them, BERT layers as its transformer optimizer fuses
 them, and a model quantized by onnxruntime's own MatMulNBits quantizer. The
 shapes are checked against onnxruntime running the same models."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
 from onnx import helper
 
 from perfseer_rt import extract
+from perfseer_rt.errors import ShapeError
 from perfseer_rt.graph.contrib import CONTRIB_RULES
 from perfseer_rt.graph.ops import is_known
 from tests.contrib_models import bert_feeds, bert_layer, llama_block, llama_feeds, run_shapes
@@ -84,3 +87,47 @@ def test_contrib_op_without_its_attributes_is_typed_by_the_generic_rule():
     g = extract(m)
     assert g.edge_shapes == [(1, 16)]
     assert g.unknown_ops == ["MatMulNBits (unreadable inputs)"]
+
+
+GENAI = Path(__file__).parent / "models" / "genai_llama_int4.onnx"
+GENAI_DIMS = {"batch_size": 2, "sequence_length": 16, "past_sequence_length": 8,
+              "total_sequence_length": 24}
+
+
+def test_genai_builders_kv_cache_dim_is_implied_as_the_head_size():
+    """onnxruntime-genai's builder leaves the KV cache's last dim symbolic
+    (``kv_cache_dim``); its LLaMA here has 4 heads over a width of 256."""
+    implied = extract(GENAI, dims=GENAI_DIMS)
+    given = extract(GENAI, dims={**GENAI_DIMS, "kv_cache_dim": 64})
+    assert implied.input_shapes["past_key_values.0.key"] == (2, 2, 8, 64)
+    assert implied.input_shapes == given.input_shapes
+    for a, b in ((implied.x, given.x), (implied.u, given.u), (implied.edge_attr, given.edge_attr)):
+        np.testing.assert_array_equal(a, b)
+    assert implied.unknown_ops == []
+    assert [w for w in implied.warnings if "kv_cache_dim" in w] == [
+        "input dim 'kv_cache_dim' was not given: set to 64, the head size of the model's "
+        "GroupQueryAttention nodes that read it as their KV cache's last dim (an unquantized "
+        "cache); give --dim kv_cache_dim=N where the cache is stored otherwise"]
+    assert not [w for w in given.warnings if "kv_cache_dim" in w]
+
+
+def test_an_implied_dim_leaves_the_other_missing_dims_named():
+    with pytest.raises(ShapeError) as err:
+        extract(GENAI, dims={"batch_size": 2, "sequence_length": 4})
+    for name in ("past_sequence_length", "total_sequence_length", "kv_cache_dim"):
+        assert f"--dim {name}=N" in str(err.value)
+
+
+@pytest.mark.parametrize("batch,seq,past", [(1, 5, 3), (2, 1, 9)])
+def test_an_implied_cache_dim_matches_onnxruntime(batch, seq, past):
+    """The int4 layer with its cache's last dim symbolic: the implied size
+    is what onnxruntime runs it with (head 16: a width of 64 over 4 heads)."""
+    m = llama_block()
+    for vi in m.graph.input:
+        if vi.name.startswith("past_"):
+            vi.type.tensor_type.shape.dim[3].dim_param = "kv_cache_dim"
+    g = extract(m, dims={"batch": batch, "seq": seq, "past": past})
+    assert g.input_shapes["past_key"] == (batch, 2, past, 16)
+    ran = run_shapes(m, llama_feeds(batch, seq, past))
+    ours = _edge_shapes(g)
+    assert ours == {t: ran[t] for t in ours} and len(ours) >= 12

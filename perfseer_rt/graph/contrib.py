@@ -98,22 +98,35 @@ def _present(past: tuple[int, Shape] | None, new_len: int, axis: int) -> tuple[i
     return (past[0], tuple(shape))
 
 
+def gqa_head_size(ins: Types, attrs: Attrs) -> int | None:
+    """The head size of a GroupQueryAttention node: its key's width over
+    ``kv_num_heads``, or, with Q, K and V packed in the query, the query's
+    width over ``num_heads + 2 * kv_num_heads`` (None where the inputs are
+    not known or do not divide). A KV cache's last dim is this size unless
+    the cache is quantized."""
+    q, key = _x(ins, 0), _x(ins, 1)
+    heads, kv_heads = _int(attrs, "num_heads"), _int(attrs, "kv_num_heads")
+    if key is not None and len(key[1]) == 3:
+        width, parts = key[1][2], kv_heads
+    elif q is not None and len(q[1]) == 3:
+        width, parts = q[1][2], heads + 2 * kv_heads
+    else:
+        return None
+    return width // parts if width % parts == 0 else None
+
+
 def _gqa(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
     """GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k,
     total_sequence_length, cos_cache, sin_cache): output [B, S, num_heads *
-    head_size]; present key/value [B, kv_num_heads, T, head_size]."""
+    head_size]; present key/value [B, kv_num_heads, T, D], D the past's last
+    dim (head_size, or a quantized cache's width) or, with no past, head_size."""
     q = _x(ins, 0)
-    if q is None or len(q[1]) != 3:
+    head = gqa_head_size(ins, attrs)
+    if q is None or len(q[1]) != 3 or head is None:
         return None
     heads, kv_heads = _int(attrs, "num_heads"), _int(attrs, "kv_num_heads")
-    b, s, width = q[1]
-    key, past = _x(ins, 1), _x(ins, 3)
-    if past is not None and len(past[1]) == 4:
-        head = past[1][3]
-    elif key is not None and len(key[1]) == 3:
-        head = key[1][2] // kv_heads
-    else:  # packed QKV in the query
-        head = width // (heads + 2 * kv_heads)
+    b, s, _ = q[1]
+    past = _x(ins, 3)
     out: list[tuple[int, Shape]] = [(q[0], (b, s, heads * head))]
     if n_out > 1:
         if past is None:
