@@ -480,9 +480,9 @@ class _Structure:
         shapes = self.propagate(inputs, deadline)
         if shapes is None:
             return {}
-        implied = {}
+        implied: dict[str, int] = {}
         for name, nodes in cache_dims.items():
-            sizes = set()
+            sizes: set[int | None] = set()
             for k in nodes:
                 row = self.table[k]
                 try:
@@ -490,8 +490,9 @@ class _Structure:
                                             row[ATTRS]))
                 except GiveUp:  # attributes out of range
                     sizes.add(None)
-            if len(sizes) == 1 and None not in sizes:
-                implied[name] = sizes.pop()
+            size = sizes.pop() if len(sizes) == 1 else None
+            if size is not None:
+                implied[name] = size
         return implied
 
     def skeleton_for(self, inputs: dict[str, Shape], reuse: bool) -> onnx.ModelProto:
