@@ -13,6 +13,7 @@ from onnx import helper
 
 from perfseer_rt import extract
 from perfseer_rt.errors import ShapeError
+from perfseer_rt.graph import layout
 from perfseer_rt.graph.contrib import CONTRIB_RULES
 from perfseer_rt.graph.ops import is_known
 from tests.contrib_models import bert_feeds, bert_layer, llama_block, llama_feeds, run_shapes
@@ -107,7 +108,7 @@ def test_genai_builders_kv_cache_dim_is_implied_as_the_head_size():
     assert [w for w in implied.warnings if "kv_cache_dim" in w] == [
         "input dim 'kv_cache_dim' was not given: set to 64, the head size of the model's "
         "GroupQueryAttention nodes that read it as their KV cache's last dim (an unquantized "
-        "cache); give --dim kv_cache_dim=N where the cache is stored otherwise"]
+        "cache); give --dim kv_cache_dim=N where the model is run otherwise"]
     assert not [w for w in given.warnings if "kv_cache_dim" in w]
 
 
@@ -131,3 +132,29 @@ def test_an_implied_cache_dim_matches_onnxruntime(batch, seq, past):
     ran = run_shapes(m, llama_feeds(batch, seq, past))
     ours = _edge_shapes(g)
     assert ours == {t: ran[t] for t in ours} and len(ours) >= 12
+
+
+def test_a_sliding_window_cache_is_window_sized_as_onnxruntime_runs_it():
+    """A GroupQueryAttention with a sliding-window cache (Gemma2 as the
+    GenAI builder writes it): its cache length, not given, is the window,
+    and its present cache keeps the past's shape (onnxruntime's outputs)."""
+    m = llama_block()
+    gqa = next(n for n in m.graph.node if n.op_type == "GroupQueryAttention")
+    gqa.attribute.extend([helper.make_attribute("local_window_size", 32),
+                          helper.make_attribute("sliding_window_cache", 1)])
+    for vi in m.graph.input:
+        if vi.name.startswith("past_"):
+            vi.type.tensor_type.shape.dim[2].dim_param = "past_sliding"
+    g = extract(m, dims={"batch": 2, "seq": 1, "past": 0})  # a decode step
+    assert g.input_shapes["past_key"] == (2, 2, 32, 16)
+    assert any("'past_sliding' was not given: set to 32, the local_window_size" in w
+               for w in g.warnings)
+    feeds = llama_feeds(2, 1, 32)
+    feeds["seqlens_k"][:] = 10  # 10 tokens in the window's buffer, 1 new
+    feeds["total_seq_len"][...] = 11
+    ran = run_shapes(m, feeds)
+    assert ran["present_key"] == ran["present_value"] == (2, 2, 32, 16)
+    ours = _edge_shapes(g)
+    assert ours == {t: ran[t] for t in ours} and len(ours) >= 12
+    out_elems = g.x[g.node_ops.index("GroupQueryAttention"), layout.NODE_COLUMNS.index("out_elems")]
+    assert out_elems == np.prod(ran["attn"]) + 2 * np.prod(ran["present_key"])

@@ -119,7 +119,9 @@ def _gqa(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Resu
     """GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k,
     total_sequence_length, cos_cache, sin_cache): output [B, S, num_heads *
     head_size]; present key/value [B, kv_num_heads, T, D], D the past's last
-    dim (head_size, or a quantized cache's width) or, with no past, head_size."""
+    dim (head_size, or a quantized cache's width) or, with no past, head_size;
+    T the past's length plus the new tokens, or, for a sliding-window cache
+    (``sliding_window_cache``: a window-sized buffer), the past's length."""
     q = _x(ins, 0)
     head = gqa_head_size(ins, attrs)
     if q is None or len(q[1]) != 3 or head is None:
@@ -131,6 +133,8 @@ def _gqa(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Resu
     if n_out > 1:
         if past is None:
             present: tuple[int, Shape] | None = (q[0], (b, kv_heads, s, head))
+        elif attrs.get("sliding_window_cache") == 1:  # a window-sized buffer, rolled in place
+            present = past
         else:
             present = _present(past, s, 2)
         if present is None:

@@ -33,9 +33,10 @@ from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes, layout
-from perfseer_rt.graph.contrib import MS_DOMAIN, contrib_rule, gqa_head_size
+from perfseer_rt.graph.contrib import contrib_rule
 from perfseer_rt.graph.exporter import TORCH_DYNAMO, exporter, fixed_input_shapes
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
+from perfseer_rt.graph.implied import IMPLIED_DIM_WARNING, implied_dims
 from perfseer_rt.graph.inline import inline_functions
 from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
@@ -433,67 +434,35 @@ class _Structure:
 
     def resolve(self, batch: int | None, input_shapes: dict[str, Shape] | None,
                 dims: dict[str, int] | None, deadline: Deadline
-                ) -> tuple[dict[str, Shape], dict[str, int]]:
-        """Every input's shape (:func:`resolve_inputs`) and the dims the
-        model implied where they were not given (:meth:`implied_dims`)."""
+                ) -> tuple[dict[str, Shape], dict[str, tuple[int, str]]]:
+        """Every input's shape (:func:`resolve_inputs`) and the named dims
+        the model implied where they were not given
+        (:func:`perfseer_rt.graph.implied.implied_dims`: size, why)."""
         try:
             return resolve_inputs(self.proto, batch, input_shapes, dims, self.weights), {}
         except ShapeError as exc:
-            implied = self.implied_dims(batch, input_shapes, dims or {}, deadline)
+            given = dims or {}
+
+            def shapes_with(extra: dict[str, int]) -> dict[str, TypedShape] | None:
+                try:
+                    inputs = resolve_inputs(self.proto, batch, input_shapes, {**given, **extra},
+                                            self.weights)
+                except ShapeError:
+                    return None
+                return self.propagate(inputs, deadline)
+
+            input_dims = {vi.name: vi.type.tensor_type.shape.dim for vi in graph_inputs(self.proto)
+                          if vi.name not in (input_shapes or {})}
+            implied = implied_dims(self.table, input_dims, given, shapes_with)
             if not implied:
                 raise
             try:
-                inputs = resolve_inputs(self.proto, batch, input_shapes, {**(dims or {}), **implied},
+                inputs = resolve_inputs(self.proto, batch, input_shapes,
+                                        {**given, **{n: s for n, (s, _) in implied.items()}},
                                         self.weights)
             except ShapeError:
                 raise exc from None  # other dims are missing too: name them all, as before
             return inputs, implied
-
-    def implied_dims(self, batch: int | None, input_shapes: dict[str, Shape] | None,
-                     dims: dict[str, int], deadline: Deadline) -> dict[str, int]:
-        """Named dims not given that the model itself fixes: the last dim of
-        a KV cache read by GroupQueryAttention (onnxruntime-genai's builder
-        names it ``kv_cache_dim`` and leaves it symbolic, so that one file
-        serves a quantized cache too) is the node's head size, which its
-        query or key gives. Found by propagating shapes with the cache dims
-        at 1 (the head size does not depend on them); a dim is implied only
-        where every node that reads it agrees ({} otherwise)."""
-        given = input_shapes or {}
-        cache_dims: dict[str, list[int]] = {}  # dim name -> GroupQueryAttention nodes
-        dims_of = {vi.name: vi.type.tensor_type.shape.dim for vi in graph_inputs(self.proto)
-                   if vi.name not in given}
-        for k, row in enumerate(self.table):
-            if row[OP] != "GroupQueryAttention" or row[DOMAIN] != MS_DOMAIN:
-                continue
-            for t in row[INS][3:5]:  # past_key, past_value
-                d = dims_of.get(t)
-                if d is not None and len(d) == 4 and not d[3].HasField("dim_value") \
-                        and d[3].dim_param and d[3].dim_param not in dims:
-                    cache_dims.setdefault(d[3].dim_param, []).append(k)
-        if not cache_dims:
-            return {}
-        try:
-            inputs = resolve_inputs(self.proto, batch, input_shapes,
-                                    {**dims, **dict.fromkeys(cache_dims, 1)}, self.weights)
-        except ShapeError:
-            return {}
-        shapes = self.propagate(inputs, deadline)
-        if shapes is None:
-            return {}
-        implied: dict[str, int] = {}
-        for name, nodes in cache_dims.items():
-            sizes: set[int | None] = set()
-            for k in nodes:
-                row = self.table[k]
-                try:
-                    sizes.add(gqa_head_size([shapes.get(t) if t else None for t in row[INS]],
-                                            row[ATTRS]))
-                except GiveUp:  # attributes out of range
-                    sizes.add(None)
-            size = sizes.pop() if len(sizes) == 1 else None
-            if size is not None:
-                implied[name] = size
-        return implied
 
     def skeleton_for(self, inputs: dict[str, Shape], reuse: bool) -> onnx.ModelProto:
         """The shape-inference skeleton with these input shapes; with
@@ -865,7 +834,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     if st.fixed_shapes and depth == 0:
         warnings.append(FIXED_SHAPES_WARNING)
     warnings += control_notes
-    warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v) for k, v in implied.items()]
+    warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v, why=why)
+                 for k, (v, why) in implied.items()]
     return PerfGraph(
         node_names=[r[1] or f"{r[0]}_{i}" for i, r in enumerate(rows)],
         node_ops=ops, x=x, edge_index=edge_index,
@@ -933,10 +903,6 @@ DYNAMO_WARNING = ("exported by torch's dynamo exporter (dynamo=True, torch's def
                   "attention models (Swin, PVT, ViT) used up to 2.7x the memory of their TorchScript "
                   "exports and memory was predicted up to 71 % low (README, \"Exporters\"); export "
                   "with dynamo=False for memory predictions within their intervals")
-#: The note on a named dim not given that the model fixes (:meth:`_Structure.implied_dims`).
-IMPLIED_DIM_WARNING = ("input dim {name!r} was not given: set to {size}, the head size of the "
-                       "model's GroupQueryAttention nodes that read it as their KV cache's last dim "
-                       "(an unquantized cache); give --dim {name}=N where the cache is stored otherwise")
 #: The warning on a model whose input shapes are all fixed in the file (README, "Exporters").
 FIXED_SHAPES_WARNING = ("the model's input shapes are fixed in the file (no dynamic axis); "
                         "perfseer-rt's CPU predictors were trained on exports with a dynamic batch "

@@ -27,6 +27,12 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.modules["torchvision"] = None
 
 
+def build_genai(arch: str, precision: str) -> onnx.ModelProto:
+    from training.zoo.real.genai import build_genai as build
+
+    return build(arch, precision)
+
+
 def strip(proto: onnx.ModelProto, path: Path) -> None:
     """Save ``proto`` structure-only at ``path`` (as the zoo's export does)."""
     from training.zoo.export import strip_weights
@@ -132,37 +138,6 @@ def llama_dynamo(opset: int) -> onnx.ModelProto:
     return prog.model_proto
 
 
-def genai_llama(precision: str) -> onnx.ModelProto:
-    """A 2-layer LLaMA as onnxruntime-genai's model builder writes it for the
-    CPU (``python -m onnxruntime_genai.models.builder -p int4|fp32 -e cpu``):
-    GroupQueryAttention with a KV cache whose last dim is the symbolic
-    ``kv_cache_dim``, SkipSimplifiedLayerNormalization and, at int4,
-    MatMulNBits. The builder reads a saved transformers model and its
-    tokenizer (a word-level one is made here: the builder only copies it)."""
-    import runpy
-
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    cfg = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = Path(tmp) / "hf", Path(tmp) / "out"
-        LlamaForCausalLM(cfg).save_pretrained(src)
-        words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(1024)}, unk_token="t0"))
-        words.pre_tokenizer = pre_tokenizers.Whitespace()
-        PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1",
-                                eos_token="t2", pad_token="t0").save_pretrained(src)
-        argv = sys.argv
-        sys.argv = ["builder", "-i", str(src), "-o", str(out), "-p", precision, "-e", "cpu",
-                    "-c", str(Path(tmp) / "cache")]
-        try:
-            runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__")
-        finally:
-            sys.argv = argv
-        return onnx.load(str(out / "model.onnx"))
-
-
 def quantized(proto: onnx.ModelProto) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -218,7 +193,7 @@ def main() -> None:
         "bert_small_fp16.onnx": lambda: fp16(small_bert),
         "llama_dynamo_op20.onnx": lambda: llama_dynamo(20),
         "llama_dynamo_op23.onnx": lambda: llama_dynamo(23),
-        "genai_llama_int4.onnx": lambda: genai_llama("int4"),
+        "genai_llama_int4.onnx": lambda: build_genai("llama", "int4"),
     }
     only = set(sys.argv[1:])
     for name, build in builders.items():

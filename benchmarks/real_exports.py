@@ -1,0 +1,298 @@
+"""Real exports from today's toolchains through the extractor (issue 13:
+every real model; the fuzzer covers broken files, this covers valid ones).
+
+Sections (``--only`` picks some):
+
+* ``hf``: one published architecture per family of
+  :data:`training.zoo.real.hf_text.ARCHITECTURES` (24 families), exported by
+  torch's TorchScript exporter (``dynamo=False``) and by its default dynamo
+  exporter, structure-only, seq 128; extracted at batch 2.
+* ``torchvision``: 18 classification models, both exporters, dynamic batch;
+  extracted at batch 1 and 8.
+* ``ort-optimizer``: BERT, DistilBERT, RoBERTa, GPT-2 and a T5 encoder
+  (both exporters, with weights) through onnxruntime's transformer optimizer
+  (``optimize_model``, fusions at opt level 1) and its float16 conversion.
+* ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
+  builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
+  at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
+  KV cache's ``kv_cache_dim`` (and Gemma2's sliding-window cache length
+  ``past_sliding_length``) left to the extractor; every tensor's shape is
+  compared with onnxruntime running the model at the extracted input shapes.
+
+Checked per model: it extracts, no op is unknown, and the FLOPs agree with
+the peer (the TorchScript export; the unfused model) within 2 %. One JSON
+line per model on stdout (and appended to ``--out``), a summary at the end;
+exit 1 if any check fails. Exports go to a temporary folder. Needs torch,
+transformers, torchvision (``ort-optimizer``: onnxruntime's transformers
+tools; ``genai``: onnxruntime-genai, skipped when absent).
+
+Run: ``python -m benchmarks.real_exports [--only hf genai] [--out F.jsonl]``
+(~20 CPU-minutes in all, most of it exporting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.graph import layout  # noqa: E402
+from perfseer_rt.graph.perfgraph import PerfGraph  # noqa: E402
+from training.zoo.export import export_onnx, strip_weights  # noqa: E402
+from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
+
+FLOPS = layout.NODE_COLUMNS.index("flops")
+#: Largest relative FLOPs difference from the peer export that passes.
+FLOPS_TOLERANCE = 0.02
+TORCHVISION = ("swin_t", "swin_v2_t", "vit_b_16", "maxvit_t", "convnext_tiny", "regnet_y_400mf",
+               "efficientnet_v2_s", "mobilenet_v3_large", "shufflenet_v2_x1_0", "densenet121",
+               "inception_v3", "googlenet", "mnasnet1_0", "squeezenet1_1", "resnext50_32x4d",
+               "wide_resnet50_2", "alexnet", "vgg11_bn")
+#: (architecture, onnxruntime's model_type, heads, hidden) for the optimizer.
+OPTIMIZED = (("bert-base", "bert", 12, 768), ("distilbert-base", "bert", 12, 768),
+             ("roberta-base", "bert", 12, 768), ("gpt2", "gpt2", 12, 768),
+             ("t5-small-encoder", "t5", 8, 512))
+
+
+def summary(g: PerfGraph, seconds: float) -> dict:
+    return {"nodes": g.num_nodes, "unknown": sorted(set(g.unknown_ops)),
+            "gflops": float(g.x[:, FLOPS].sum()) / 1e9, "extract_ms": round(seconds * 1e3, 1),
+            "exporter": g.info["exporter"]}
+
+
+def timed_extract(path: Path, **kw) -> dict:
+    t = time.process_time()
+    g = extract(path, **kw)
+    return summary(g, time.process_time() - t)
+
+
+class ExportFailed(Exception):
+    """The toolchain could not write the model (its limit, not the extractor's)."""
+
+
+def exported(fn: Callable[[], object]) -> None:
+    """Run an export step; its failure becomes :class:`ExportFailed`."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - reported as the toolchain's
+        raise ExportFailed(f"{type(exc).__name__}: {exc}"[:400]) from exc
+
+
+def attempt(row: dict, key: str, fn: Callable[[], dict]) -> None:
+    """``row[key] = fn()``, or the error in ``row[key + "_error"]``
+    (``_export_error`` where the toolchain failed: reported, not a failure)."""
+    try:
+        row[key] = fn()
+    except ExportFailed as exc:
+        row[key + "_export_error"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a finding to report, not to stop on
+        row[key + "_error"] = f"{type(exc).__name__}: {exc}"[:400]
+
+
+def compare(row: dict, key: str, peer: str) -> None:
+    if key in row and peer in row and row[peer]["gflops"]:
+        row[f"{key}_flops_ratio"] = round(row[key]["gflops"] / row[peer]["gflops"], 4)
+
+
+def extracting(export: Callable[[], object], path: Path, **kw) -> dict:
+    """Export (:func:`exported`), then extract ``path``."""
+    exported(export)
+    return timed_extract(path, **kw)
+
+
+def hf(tmp: Path) -> Iterator[dict]:
+    from training.zoo.real.hf_text import ARCHITECTURES
+    from training.zoo.spec import parse_spec
+
+    firsts: dict[str, str] = {}
+    for name, (family, *_) in ARCHITECTURES.items():
+        firsts.setdefault(family, name)
+    for name in firsts.values():
+        row: dict = {"section": "hf", "model": name}
+        for exporter in ("torchscript", "dynamo"):
+            path = tmp / f"{name}-{exporter}.onnx"
+            export = partial(export_onnx, parse_spec(f"hf:model={name},seq=128"), path,
+                             structure_only=True, exporter=exporter)
+            attempt(row, exporter, partial(extracting, export, path, batch=2))
+        compare(row, "dynamo", "torchscript")
+        yield row
+
+
+def export_torchvision(name: str, path: Path, exporter: str) -> None:
+    """torchvision's ``name`` (random weights), dynamic batch, structure-only at ``path``."""
+    import torch
+
+    importable_torchvision()
+    import torchvision as tv
+
+    model = getattr(tv.models, name)(weights=None).eval()
+    res = 299 if name == "inception_v3" else 224
+    x = torch.randn(2, 3, res, res)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            proto = torch.onnx.export(model, (x,), dynamo=True, input_names=["x"], verbose=False,
+                                      dynamic_shapes=({0: torch.export.Dim("batch")},)).model_proto
+        else:
+            buf = io.BytesIO()
+            torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17, input_names=["x"],
+                              output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+            proto = onnx.load_from_string(buf.getvalue())
+    strip_weights(proto, path.name + ".data")
+    onnx.save(proto, str(path))
+
+
+def torchvision(tmp: Path) -> Iterator[dict]:
+    for name in TORCHVISION:
+        row: dict = {"section": "torchvision", "model": name}
+        for exporter in ("torchscript", "dynamo"):
+            path = tmp / f"{name}-{exporter}.onnx"
+            attempt(row, exporter, partial(extracting, partial(export_torchvision, name, path,
+                                                               exporter), path, batch=8))
+            if exporter in row:
+                row[exporter]["gflops_batch1"] = timed_extract(path, batch=1)["gflops"]
+        compare(row, "dynamo", "torchscript")
+        yield row
+
+
+def optimize(src: Path, out: Path, model_type: str, heads: int, hidden: int, fp16: bool) -> None:
+    """onnxruntime's transformer optimizer (fusions at opt level 1), then
+    optionally its float16 conversion (inputs and outputs kept float32)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    opt = optimize_model(str(src), model_type=model_type, num_heads=heads, hidden_size=hidden,
+                         opt_level=1, use_gpu=False)
+    if fp16:
+        opt.convert_float_to_float16(keep_io_types=True)
+    opt.save_model_to_file(str(out))
+
+
+def ort_optimizer(tmp: Path) -> Iterator[dict]:
+    from training.zoo.spec import parse_spec
+
+    for name, model_type, heads, hidden in OPTIMIZED:
+        for exporter in ("torchscript", "dynamo"):
+            row: dict = {"section": "ort-optimizer", "model": name, "exporter": exporter}
+            path = tmp / f"{name}-{exporter}-full.onnx"
+            export = partial(export_onnx, parse_spec(f"hf:model={name},seq=128"), path,
+                             exporter=exporter)
+            attempt(row, "plain", partial(extracting, export, path, batch=2))
+            if "plain" in row:
+                for variant in ("fused", "fp16"):
+                    out = path.with_name(f"{path.stem}-{variant}.onnx")
+                    step = partial(optimize, path, out, model_type, heads, hidden, variant == "fp16")
+                    attempt(row, variant, partial(extracting, step, out, batch=2))
+                    compare(row, variant, "plain")
+            yield row
+
+
+def genai_check(proto: onnx.ModelProto, dims: dict[str, int]) -> dict:
+    """Extract a GenAI model at ``dims`` and compare every tensor's shape
+    with onnxruntime running it at the extracted input shapes."""
+    t = time.process_time()
+    g = extract(proto, dims=dims)
+    out = summary(g, time.process_time() - t)
+    ran = _run_shapes(proto, g.input_shapes)
+    ours = dict(zip(g.edge_tensors, g.edge_shapes))
+    out["shapes_checked"] = sum(t in ran for t in ours)
+    out["shape_mismatches"] = [t for t in ours if t in ran and tuple(ours[t]) != ran[t]][:5]
+    out["implied"] = [w.split("'")[1] for w in g.warnings if "was not given" in w]
+    return out
+
+
+def genai(tmp: Path) -> Iterator[dict]:
+    from training.zoo.real.genai import ARCHITECTURES, build_genai
+
+    for arch in ARCHITECTURES:
+        for precision in ("int4", "fp32"):
+            row: dict = {"section": "genai", "model": f"{arch}-{precision}"}
+            try:
+                proto = build_genai(arch, precision)
+            except Exception as exc:  # noqa: BLE001 - the builder's limit: reported
+                row["build_export_error"] = f"{type(exc).__name__}: {exc}"[:400]
+                yield row
+                continue
+            for seq, past in ((16, 0), (1, 15)):
+                dims = {"batch_size": 2, "sequence_length": seq, "past_sequence_length": past,
+                        "total_sequence_length": seq + past}
+                attempt(row, f"seq{seq}_past{past}", partial(genai_check, proto, dims))
+            yield row
+
+
+def _run_shapes(proto: onnx.ModelProto, shapes: dict) -> dict:
+    """Every node output's shape as onnxruntime computes it on zeros (ones
+    for ids and masks) of the extracted input shapes."""
+    m = onnx.ModelProto.FromString(proto.SerializeToString())
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.ValueInfoProto(name=o) for n in m.graph.node for o in n.output
+                          if o and o not in have)
+    feeds = {}
+    for vi in m.graph.input:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        fill = np.ones if vi.name in ("input_ids", "attention_mask") else np.zeros
+        feeds[vi.name] = fill(shapes[vi.name], dtype)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return {n: tuple(v.shape) for n, v in zip(names, sess.run(None, feeds))}
+
+
+SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
+    "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer, "genai": genai}
+
+
+def failures(row: dict) -> list[str]:
+    """What fails the checks in one row."""
+    out = [k for k in row if k.endswith("_error") and not k.endswith("_export_error")]
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out += [f"{k}: unknown {v['unknown']}"] if v.get("unknown") else []
+            out += [f"{k}: shapes {v['shape_mismatches']}"] if v.get("shape_mismatches") else []
+        elif k.endswith("_flops_ratio") and abs(v - 1) > FLOPS_TOLERANCE:
+            out.append(f"{k} {v}")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
+    args = ap.parse_args()
+    rows, failed = 0, []
+    for section in args.only:
+        if section == "genai" and importlib.util.find_spec("onnxruntime_genai") is None:
+            print(json.dumps({"section": "genai", "skipped": "onnxruntime-genai not installed"}))
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            for row in SECTIONS[section](Path(tmp)):
+                rows += 1
+                line = json.dumps(row)
+                print(line, flush=True)
+                if args.out:
+                    with args.out.open("a") as f:
+                        f.write(line + "\n")
+                failed += [f"{section} {row['model']}: {f}" for f in failures(row)]
+    print(f"{rows} models, {len(failed)} failed check(s)")
+    for f in failed:
+        print("  " + f)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
