@@ -158,3 +158,9 @@ def test_a_sliding_window_cache_is_window_sized_as_onnxruntime_runs_it():
     assert ours == {t: ran[t] for t in ours} and len(ours) >= 12
     out_elems = g.x[g.node_ops.index("GroupQueryAttention"), layout.NODE_COLUMNS.index("out_elems")]
     assert out_elems == np.prod(ran["attn"]) + 2 * np.prod(ran["present_key"])
+
+
+def test_the_implied_shapes_are_resolved_without_extracting():
+    from perfseer_rt.graph import resolve_input_shapes
+
+    assert resolve_input_shapes(GENAI, dims=GENAI_DIMS) == extract(GENAI, dims=GENAI_DIMS).input_shapes

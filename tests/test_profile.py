@@ -366,3 +366,36 @@ def test_a_crashing_child_is_recorded_and_replaced(models):
         assert rec["status"] == "error" and "SIGSEGV" in rec["error"]
         assert w.measure(models["tiny"], batch=1, settings=FAST)["status"] == "ok"
         assert w.pid != pid
+
+
+def test_a_mask_input_is_all_ones_and_ids_stay_random(tmp_path):
+    """A random attention mask is a sequence length out of range for models
+    that sum it (onnxruntime-genai's): masks are fed as all ones."""
+    table = numpy_helper.from_array(np.ones((100, 8), np.float32), "table")
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["y"]),
+         helper.make_node("ReduceSum", ["attention_mask"], ["n"], keepdims=0)], "masked",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["N", 16]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])], [table])
+    path = _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                 tmp_path / "masked.onnx")
+    feeds = make_inputs(build_session(path, "cpu").session, batch=2)
+    assert feeds["attention_mask"].dtype == np.int64
+    assert (feeds["attention_mask"] == 1).all() and feeds["attention_mask"].shape == (2, 16)
+    assert len(np.unique(feeds["input_ids"])) > 1
+
+
+def test_profile_resolves_named_dims_as_a_prediction_does(tmp_path):
+    w = numpy_helper.from_array(np.full((64, 8), 0.01, np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "seq",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "seq", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "seq", 8])],
+                          [w])
+    path = _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                 tmp_path / "seq.onnx")
+    rec = profile(path, "cpu", batch=2, dims={"seq": 5}, settings=FAST)
+    assert rec["status"] == "ok" and rec["input_shapes"] == {"x": [2, 5, 64]}
+    with pytest.raises(ShapeError, match="--dim seq=N"):
+        profile(path, "cpu", batch=2, dims={"other": 5}, settings=FAST)

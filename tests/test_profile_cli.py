@@ -41,6 +41,7 @@ def test_readable_summary(tiny):
     (["--provider", "tpu", "--batch", "1"], "unknown provider 'tpu'"),
     (["--batch", "1", "--input", "x:bad"], "--input"),
     ([], "dim 0"),
+    (["--dim", "N"], "--dim 'N'"),
 ])
 def test_user_errors_exit_2_with_one_line(tiny, args, message):
     res = _run(tiny, *args)
@@ -67,3 +68,9 @@ def test_failed_run_prints_record_and_exits_1(tmp_path):
     assert res.exit_code == 1
     rec = json.loads(res.stdout)
     assert rec["status"] == "error" and rec["latency_ms"] is None
+
+
+def test_named_dims_set_the_shapes_measured(tiny):
+    res = _run(tiny, "--dim", "N=3", "--json", *FAST)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["input_shapes"] == {"x": [3, 64]}

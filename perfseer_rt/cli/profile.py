@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from perfseer_rt.cli.common import input_opt, parse_input_shapes
+from perfseer_rt.cli.common import dim_opt, input_opt, parse_dims, parse_input_shapes
 from perfseer_rt.profile.api import profile as run_profile
 from perfseer_rt.profile.session import provider_name
 from perfseer_rt.profile.timing import PRESETS, MeasureSettings
@@ -70,6 +70,7 @@ def summary(rec: dict[str, Any]) -> str:
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Batch size; resolves a dynamic first input dim.")
 @input_opt
+@dim_opt
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Intra-op threads (CPU provider).")
 @click.option("--min-runs", type=click.IntRange(min=1), default=10, show_default=True,
@@ -81,7 +82,8 @@ def summary(rec: dict[str, Any]) -> str:
 @click.option("--conv-algo", type=click.Choice(["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]),
               default=None, help="CUDA cudnn_conv_algo_search [default: EXHAUSTIVE].")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-def profile(model: str, provider: str, batch: int | None, inputs: tuple[str, ...], threads: int,
+def profile(model: str, provider: str, batch: int | None, inputs: tuple[str, ...],
+            dims: tuple[str, ...], threads: int,
             min_runs: int, min_time: float | None, max_time: float, conv_algo: str | None,
             as_json: bool) -> None:
     """Measure latency, peak memory (and on CUDA utilization and energy) of MODEL."""
@@ -94,7 +96,7 @@ def profile(model: str, provider: str, batch: int | None, inputs: tuple[str, ...
                                warmup_runs=base.warmup_runs, warmup_time_s=base.warmup_time_s)
     options = {"cudnn_conv_algo_search": conv_algo} if conv_algo else None
     rec = run_profile(model, provider, batch=batch, input_shapes=parse_input_shapes(inputs),
-                      threads=threads, settings=settings, provider_options=options)
+                      dims=parse_dims(dims), threads=threads, settings=settings, provider_options=options)
     if as_json:
         click.echo(json.dumps(rec, separators=(",", ":")))
     else:

@@ -1,6 +1,6 @@
 """PerfGraph extraction: ONNX model -> node, edge and global features."""
 
-from perfseer_rt.graph.extract import extract, extract_batches
+from perfseer_rt.graph.extract import extract, extract_batches, resolve_input_shapes
 from perfseer_rt.graph.perfgraph import PerfGraph
 
-__all__ = ["PerfGraph", "extract", "extract_batches"]
+__all__ = ["PerfGraph", "extract", "extract_batches", "resolve_input_shapes"]

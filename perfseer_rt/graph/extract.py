@@ -225,6 +225,19 @@ def extract_batches(model: ModelSource, batches: Iterable[int | None],
     return _guarded(model, work)
 
 
+def resolve_input_shapes(model: ModelSource, batch: int | None = None,
+                         input_shapes: dict[str, tuple[int, ...]] | None = None,
+                         dims: dict[str, int] | None = None, *, max_nodes: int = MAX_NODES,
+                         time_limit: float | None = TIME_LIMIT_S) -> dict[str, tuple[int, ...]]:
+    """Every graph input's shape as :func:`extract` resolves it (explicit
+    shapes, named dims, the batch, and the dims the model implies:
+    :mod:`perfseer_rt.graph.implied`), without extracting; for running the
+    model at the shapes a prediction was made for. Arguments and errors as
+    for :func:`extract` (no shape-inference errors)."""
+    return _guarded(model, lambda proto, name: _Structure(proto, name, max_nodes).resolve(
+        batch, input_shapes, dims, Deadline(time_limit, name))[0])
+
+
 def count_nodes(graph: onnx.GraphProto, cap: int, table: list[Row] | None = None) -> int:
     """Nodes of ``graph`` and of all its subgraphs (stops counting past ``cap``)."""
     total = len(graph.node)

@@ -15,6 +15,7 @@ import tempfile
 from typing import Any, Mapping, Sequence
 
 from perfseer_rt.errors import DeviceError, ModelLoadError
+from perfseer_rt.graph import resolve_input_shapes
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.nvml import Device
 from perfseer_rt.profile.session import check_provider_available, provider_name
@@ -41,6 +42,7 @@ def finish_record(rec: dict[str, Any], device_id: int = 0, **env_extra: Any) -> 
 def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             batch: int | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
+            dims: Mapping[str, int] | None = None,
             threads: int = 1, settings: MeasureSettings | None = None,
             provider_options: Mapping[str, Any] | None = None, device_id: int = 0,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
@@ -52,6 +54,10 @@ def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             threads) or ``"cuda"`` (CUDA provider with IO binding).
         batch: batch size for a dynamic first input dim.
         input_shapes: explicit shapes by input name.
+        dims: values of symbolic dims by name; with them the input shapes
+            are resolved as a prediction resolves them
+            (:func:`perfseer_rt.graph.resolve_input_shapes`: the dims the
+            model implies too), so a measurement runs what was predicted.
         settings: warm-up and window; defaults: CPU >= 10 runs and >= 0.5 s,
             CUDA >= 10 runs and >= 1 s.
         provider_options: CUDA provider options (cudnn_conv_algo_search,
@@ -85,6 +91,9 @@ def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             path = os.fspath(model)
             if not os.path.isfile(path):
                 raise ModelLoadError(f"model file {path!r} does not exist")
+        if dims:
+            input_shapes = resolve_input_shapes(
+                path, batch, {k: tuple(v) for k, v in (input_shapes or {}).items()}, dict(dims))
         with ProfileWorker(key, timeout_s=timeout_s) as worker:
             rec = worker.measure(path, batch=batch, input_shapes=input_shapes,
                                  threads=threads, settings=settings,

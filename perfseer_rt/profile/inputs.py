@@ -5,7 +5,10 @@ the input wins; otherwise the first dim is the batch size; any other dynamic
 dim is a :class:`ShapeError` that names the input and the dim and says which
 option fixes it. Values are random but valid: floats uniform in [0, 1),
 integer inputs (token ids, indices) in 0..99 since the vocabulary size is not
-known, booleans True.
+known, booleans True, and an integer input named like a mask
+(``attention_mask``: "mask" in its name) all ones, every position attended
+(a random mask is a sequence length out of range for models that sum it,
+as onnxruntime-genai's do).
 """
 
 from __future__ import annotations
@@ -124,4 +127,11 @@ def make_inputs(session: Any, batch: int | None = None,
     metas = session.get_inputs()
     shapes = resolve_shapes(((m.name, m.shape) for m in metas), batch, input_shapes)
     rng = np.random.default_rng(seed)
-    return {m.name: random_tensor(shapes[m.name], numpy_dtype(m.type), rng) for m in metas}
+    feeds = {}
+    for m in metas:
+        dtype = numpy_dtype(m.type)
+        if "mask" in m.name.lower() and np.issubdtype(dtype, np.integer):
+            feeds[m.name] = np.ones(shapes[m.name], dtype=dtype)
+        else:
+            feeds[m.name] = random_tensor(shapes[m.name], dtype, rng)
+    return feeds
