@@ -28,29 +28,40 @@ from training.zoo.real.torchvision_compat import import_transformers
 ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "llama": ("LlamaConfig", {}),
     "qwen2": ("Qwen2Config", {}),
-    "qwen3": ("Qwen3Config", {"head_dim": 64}),
+    "qwen3": ("Qwen3Config", {"head_dim": None}),  # head_dim: hidden / heads
     "mistral": ("MistralConfig", {}),
-    "gemma2": ("Gemma2Config", {"head_dim": 64}),
+    "gemma2": ("Gemma2Config", {"head_dim": None}),
 }
-#: 2 layers, hidden 256 over 4 query heads (head size 64) and 2 KV heads.
-SMALL = {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+#: Model sizes: ``small`` (2 layers, hidden 256 over 4 query heads of 64 and
+#: 2 KV heads; for shape checks) and ``base`` (6 layers, hidden 768, 12 heads,
+#: 4 KV heads, 65 M parameters; for measuring).
+SIZES = {
+    "small": {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 512},
+    "base": {"vocab_size": 16384, "hidden_size": 768, "intermediate_size": 2048,
+             "num_hidden_layers": 6, "num_attention_heads": 12, "num_key_value_heads": 4,
+             "max_position_embeddings": 2048},
+}
 
 
-def build_genai(arch: str, precision: str) -> onnx.ModelProto:
+def build_genai(arch: str, precision: str, size: str = "small") -> onnx.ModelProto:
     """The builder's CPU model of ``arch`` (a key of :data:`ARCHITECTURES`)
-    at ``precision`` (``int4``, ``fp32``, ``fp16``), weights included. The
-    builder also needs a tokenizer, which it only copies: a word-level one
-    is made."""
+    at ``precision`` (``int4``, ``fp32``, ``fp16``) and ``size`` (a key of
+    :data:`SIZES`), weights included. The builder also needs a tokenizer,
+    which it only copies: a word-level one is made."""
     transformers = import_transformers()
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     config_class, overrides = ARCHITECTURES[arch]
-    cfg = getattr(transformers, config_class)(**{**SMALL, **overrides})
+    shape = SIZES[size]
+    head = shape["hidden_size"] // shape["num_attention_heads"]
+    overrides = {k: (head if k == "head_dim" else v) for k, v in overrides.items()}
+    cfg = getattr(transformers, config_class)(**{**shape, **overrides})
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "hf", Path(tmp) / "out"
         transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(src)
-        words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(SMALL["vocab_size"])},
+        words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(shape["vocab_size"])},
                                            unk_token="t0"))
         words.pre_tokenizer = pre_tokenizers.Whitespace()
         transformers.PreTrainedTokenizerFast(
