@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = [(f"{arch}-{p}", b, s, past) for arch in a.archs for p in a.precisions
             for b, s, past in POINTS if (f"{arch}-{p}", b, s, past) not in done]
     for name, batch, seq, past in tqdm(todo, desc="genai check"):
-        path = model_path(*name.split("-"), a.work)
+        arch, precision = name.split("-")
+        path = model_path(arch, precision, a.work)
         args = [str(path), *dims_args(batch, seq, past)]
         probe = probe_core(a.core)
         prof = _cli(["profile", *args], core=a.core)
