@@ -140,7 +140,7 @@ def export_torchvision(name: str, path: Path, exporter: str) -> None:
     import torch
 
     importable_torchvision()
-    import torchvision as tv
+    import torchvision as tv  # type: ignore[import-untyped]
 
     model = getattr(tv.models, name)(weights=None).eval()
     res = 299 if name == "inception_v3" else 224
@@ -148,11 +148,15 @@ def export_torchvision(name: str, path: Path, exporter: str) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
-            proto = torch.onnx.export(model, (x,), dynamo=True, input_names=["x"], verbose=False,
-                                      dynamic_shapes=({0: torch.export.Dim("batch")},)).model_proto
+            program = torch.onnx.export(model, (x,), dynamo=True, input_names=["x"], verbose=False,
+                                        dynamic_shapes=({0: torch.export.Dim("batch")},))
+            if program is None:
+                raise RuntimeError("the dynamo exporter returned no program")
+            proto = program.model_proto
         else:
             buf = io.BytesIO()
-            torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17, input_names=["x"],
+            torch.onnx.export(model, (x,), buf, dynamo=False,  # type: ignore[arg-type]
+                              opset_version=17, input_names=["x"],
                               output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
             proto = onnx.load_from_string(buf.getvalue())
     strip_weights(proto, path.name + ".data")
