@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import onnx
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from training.zoo.real.torchvision_compat import import_transformers
 
@@ -51,8 +52,6 @@ def build_genai(arch: str, precision: str, size: str = "small") -> onnx.ModelPro
     :data:`SIZES`), weights included. The builder also needs a tokenizer,
     which it only copies: a word-level one is made."""
     transformers = import_transformers()
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     config_class, overrides = ARCHITECTURES[arch]
     shape = SIZES[size]
     head = shape["hidden_size"] // shape["num_attention_heads"]
