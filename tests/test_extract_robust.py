@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from perfseer_rt import extract
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes
-from perfseer_rt.graph.extract import FIXED_SHAPES_WARNING
+from perfseer_rt.graph.extract import EXTERNAL_WEIGHTS_WARNING, FIXED_SHAPES_WARNING
 from perfseer_rt.graph.limits import MAX_BATCH
 from tests.onnx_builders import const, model, single_op
 
@@ -482,3 +482,26 @@ def test_fixed_input_shapes_are_read_and_flagged():
     assert fixed.info["fixed_input_shapes"] and not dynamic.info["fixed_input_shapes"]
     assert FIXED_SHAPES_WARNING in fixed.warnings and FIXED_SHAPES_WARNING not in dynamic.warnings
     np.testing.assert_array_equal(fixed.x, dynamic.x)  # the features do not see it
+
+
+def test_weights_in_an_external_file_are_read_and_flagged(tmp_path):
+    """onnxruntime holds no copy of external weights while it creates the
+    session (README, "External weights"): a model whose weights sit in a
+    data file beside it says so; the same model given as bytes, or
+    structure-only (its data file absent), does not, and the features are
+    the same."""
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"])],
+              [("x", ["N", 64])], [("z", None)], [const("w", (64, 64)), const("b", (64,))])
+    onnx.save(m, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data",
+              size_threshold=1024)  # w (16 KiB) external, b (256 bytes) inline
+    ext = extract(tmp_path / "m.onnx", batch=2)
+    share = 64 * 64 / (64 * 64 + 64)
+    assert ext.info["external_weight_share"] == pytest.approx(share)
+    assert EXTERNAL_WEIGHTS_WARNING.format(share=share) in ext.warnings
+    as_bytes = extract((tmp_path / "m.onnx").read_bytes(), batch=2)
+    (tmp_path / "m.data").unlink()
+    structure_only = extract(tmp_path / "m.onnx", batch=2)
+    for g in (as_bytes, structure_only):
+        assert g.info["external_weight_share"] == 0.0
+        assert not any("external data" in w for w in g.warnings)
+        np.testing.assert_array_equal(g.x, ext.x)

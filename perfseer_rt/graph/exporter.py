@@ -1,5 +1,6 @@
 """How a model was exported, as far as the file tells: which exporter
-wrote it, and whether its input shapes are fixed.
+wrote it, whether its input shapes are fixed, and whether its weights are
+stored as external data.
 
 torch has two ONNX exporters that spell one model differently: the
 TorchScript one (``torch.onnx.export(..., dynamo=False)``, which wrote every
@@ -9,12 +10,20 @@ model perfseer-rt's CPU predictors were trained on) and the dynamo one
 differently under onnxruntime (README, "Exporters"), so a prediction says
 which one it saw. So can one model exported with and without a dynamic
 batch axis: onnxruntime plans CPU memory differently when every shape is
-known when the session is created.
+known when the session is created. And so can one model with its weights in
+the .onnx file or in an external data file beside it (every model over 2 GB,
+every onnxruntime-genai model): onnxruntime then holds no copy of the file's
+weight bytes while it creates the session, and pages it never reads (unused
+embedding rows) stay out of memory.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
+
+from perfseer_rt.graph import dtypes
 
 TORCH_DYNAMO = "torch-dynamo"
 TORCH_TORCHSCRIPT = "torch-torchscript"
@@ -50,3 +59,35 @@ def fixed_input_shapes(inputs: list[onnx.ValueInfoProto]) -> bool:
             if not d.HasField("dim_value") or d.dim_value <= 0:
                 return False
     return True
+
+
+def external_weight_share(proto: onnx.ModelProto, model_dir: Path | None) -> float:
+    """The share of the initializers' bytes stored in external data files
+    that exist beside the model (in ``model_dir``; None, as for a model
+    given as bytes: 0.0). A structure-only model, whose external files are
+    absent, has 0.0: it stands for the model, however stored. Element types
+    are validated before (unknown ones count 0 bytes here)."""
+    if model_dir is None:
+        return 0.0
+    found: dict[str, bool] = {}
+    external = 0.0
+    for t in proto.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        exists = found.get(location)
+        if exists is None:
+            exists = found[location] = bool(location) and (model_dir / location).is_file()
+        if exists:
+            external += _nbytes(t)
+    if not external:
+        return 0.0
+    return external / sum(_nbytes(t) for t in proto.graph.initializer)
+
+
+def _nbytes(t: onnx.TensorProto) -> float:
+    entry = dtypes.DTYPES.get(t.data_type)
+    n = entry[1] if entry is not None else 0.0
+    for d in t.dims:
+        n *= d
+    return float(n)
