@@ -151,3 +151,32 @@ def test_mig_rule():
     none = mig.suggest("h100-80gb", 79000, 0.1)
     assert none["profile"] is None and "does not fit" in none["reason"]
     assert mig.margin_for(2.0) == 0.10 and mig.margin_for(12.0) == pytest.approx(0.24)
+
+
+def test_external_weights_leave_session_creation_without_their_copy(tmp_path):
+    """onnxruntime holds no copy of weights stored as external data while it
+    creates the session (README, "External weights"): the shipped CPU
+    predictor's session-creation phase is reported less those bytes, the
+    inference phase as before, the peak the larger of the two."""
+    registry.predictors.cache_clear()
+    pred = registry.get_predictor(None)
+    mem, col = pred.memory, {n: j for j, n in enumerate(pred.outputs)}
+    m = conv_chain(channels=(3, 256, 256))  # 2.4 MiB of weights
+    onnx.save(m, tmp_path / "inline.onnx")
+    onnx.save(m, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.data",
+              size_threshold=1024)
+    graphs = [extract(tmp_path / "inline.onnx", batch=1), extract(tmp_path / "ext.onnx", batch=1)]
+    ext_mb = api.external_weights_mb(graphs)
+    assert ext_mb[0] == 0 and ext_mb[1] == pytest.approx(graphs[1].globals["weight_total"] / 2**20,
+                                                           rel=1e-3)
+    out = api.reported(pred, api.run_predictor(pred, graphs), ext_mb)
+    inline, ext = out[0], out[1]
+    assert ext[col[mem.load]] == pytest.approx(max(inline[col[mem.load]] - ext_mb[1], 0.0))
+    assert ext[col[mem.run]] == pytest.approx(inline[col[mem.run]])
+    assert ext[col[mem.peak]] == pytest.approx(max(ext[col[mem.load]], ext[col[mem.run]]))
+    [r_inline, r_ext] = api.predict([tmp_path / "inline.onnx", tmp_path / "ext.onnx"], batch=1)
+    parts = [r["metrics"][mem.peak]["parts"] for r in (r_inline, r_ext)]
+    assert parts[1]["session_load_peak_mb"] == pytest.approx(
+        max(parts[0]["session_load_peak_mb"] - ext_mb[1], 0.0))
+    assert any("stored as external data" in w for w in r_ext["warnings"])
+    assert not any("stored as external data" in w for w in r_inline["warnings"])

@@ -34,7 +34,7 @@ from perfseer_rt.calibrate.reference import Reference, materialize, references
 from perfseer_rt.calibrate.store import check_name, write_entry
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict.api import reported, run_predictor
+from perfseer_rt.predict.api import external_weights_mb, reported, run_predictor
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
 from perfseer_rt.profile.api import check_cuda
@@ -157,7 +157,8 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     """
     check_name(name)
     base_pred = get_predictor(base)
-    values = reported(base_pred, run_predictor(base_pred, graphs))  # what the base predicts, peak combined
+    # what the base predicts, as predict reports it (external weights, peak combined)
+    values = reported(base_pred, run_predictor(base_pred, graphs), external_weights_mb(graphs))
     corrections = {}
     for j, metric in enumerate(base_pred.outputs):
         pairs = [(values[i, j], r[metric]) for i, r in enumerate(rows)

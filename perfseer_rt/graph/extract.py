@@ -938,13 +938,13 @@ FIXED_SHAPES_WARNING = ("the model's input shapes are fixed in the file (no dyna
 EXTERNAL_WEIGHTS_WARN_SHARE = 0.5
 #: The warning on a model whose weights are mostly external data (README, "External weights").
 EXTERNAL_WEIGHTS_WARNING = (
-    "{share:.0%} of the weight bytes are stored as external data beside the model; onnxruntime "
-    "then holds no copy of the file's weights while it creates the session and leaves pages it "
-    "never reads (unused embedding rows) out of memory, while perfseer-rt's CPU predictors were "
-    "trained almost only on models with weights inline: measured at batch 1, ResNet-50 peaked at 0.54x, an "
-    "int4 and an fp32 LLaMA-style model (onnxruntime-genai) at 0.52x and 0.82x the memory of the "
-    "same model with weights inline (ResNet-50 at batch 16: 1.0x), so peak memory is likely "
-    "over-predicted (README, \"External weights\")")
+    "{share:.0%} of the weight bytes are stored as external data beside the model: onnxruntime "
+    "holds no copy of them while it creates the session, so that phase is predicted without one "
+    "(README, \"External weights\"); pages it never reads (unused embedding rows) stay out of "
+    "memory too, which the prediction does not see: on onnxruntime-genai LLaMA-style models "
+    "memory was still over-predicted by up to 52 % at int4 (a float embedding table mostly "
+    "unread) and within 8 % at fp32; perfseer-rt's CPU predictors were trained almost only on "
+    "weights inline")
 #: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
 #: that computes in float32 from which the weight-only quantization is flagged.
 QUANT_WEIGHT_WARN_SHARE = 0.1

@@ -101,14 +101,26 @@ def run_with_gaps(pred: Predictor, graphs: Sequence[PerfGraph],
     return y, gap
 
 
-def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
+def external_weights_mb(graphs: Sequence[PerfGraph]) -> np.ndarray:
+    """MiB of each graph's weights stored in external data files beside the
+    model (``PerfGraph.info["external_weight_share"]`` of its weights)."""
+    return np.array([float(g.info.get("external_weight_share", 0.0)) *
+                     float(g.globals["weight_total"]) / 2**20 for g in graphs])
+
+
+def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None
+             ) -> np.ndarray:
     """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
     the shipped field scale applied, then a calibrated entry's corrections
     (each metric's; the peak-memory one to both memory phases too, so the
-    parts stay consistent with the peak), then peak memory = max(session
-    creation, inference) where the manifest combines them so. A calibration
-    fits its corrections on the quantity before them (the base entry as it
-    reports), so fit and use agree."""
+    parts stay consistent with the peak), then the session-creation phase
+    less the weights stored as external data (``external_mb`` [G], MiB: the
+    predictors learned models whose file, weights included, is read into
+    memory while the session is created; onnxruntime holds no such copy of
+    external weights: README "External weights"), then peak memory =
+    max(session creation, inference) where the manifest combines them so. A
+    calibration fits its corrections on the quantity before them (the base
+    entry as it reports), so fit and use agree."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
@@ -122,6 +134,9 @@ def reported(pred: Predictor, values: np.ndarray) -> np.ndarray:
                 if t in col:
                     values[:, col[t]] = how.apply(values[:, col[t]])
     if mem is not None:
+        if external_mb is not None:
+            load = values[:, col[mem.load]]
+            values[:, col[mem.load]] = np.maximum(load - external_mb, 0.0)
         values[:, col[mem.peak]] = np.maximum(values[:, col[mem.load]], values[:, col[mem.run]])
     return values
 
@@ -259,7 +274,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
     if not graphs:
         return []
     raw, raw_gap = run_with_gaps(pred, graphs, model)
-    values = reported(pred, raw)
+    values = reported(pred, raw, external_weights_mb(graphs))
     gaps = None if raw_gap is None else uncertainty.phase_gaps(raw_gap, values, pred.outputs, pred.memory)
     cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)

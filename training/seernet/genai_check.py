@@ -60,8 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--precisions", nargs="+", default=["int4", "fp32"])
     ap.add_argument("--core", type=int, default=1, help="CPU core the profiler is pinned to")
     ap.add_argument("--work", type=Path, default=Path("/tmp/perfseer-genai-check"))
+    ap.add_argument("--repredict", action="store_true", help="keep the measurements, predict again")
     a = ap.parse_args(argv)
     doc: dict[str, Any] = json.loads(a.out.read_text()) if a.out.exists() else {"rows": []}
+    if a.repredict:
+        for r in tqdm(doc["rows"], desc="re-predict"):
+            arch, precision = r["model"].split("-")
+            args = [str(model_path(arch, precision, a.work)), *dims_args(r["batch"], r["seq"], r["past"])]
+            r.update(compare({m: r[m]["measured"] for m in METRICS},
+                             _cli(["predict", *args, "--device", a.device])))
+        _save(a.out, doc)
     doc.setdefault("environment", {
         **{k: v for k, v in environment().items() if k.startswith("cpu") or k.startswith("onnx")},
         "measured_with": f"taskset -c {a.core} perfseer-rt profile MODEL --dim ... --json (CPU "
