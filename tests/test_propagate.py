@@ -57,7 +57,9 @@ def _both(data, kw, monkeypatch):
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
 def test_real_models_take_the_pass_and_match_onnx(path, monkeypatch):
     data = path.read_bytes()
-    dims = {"seq": 16, "past_seq": 4, "total_seq": 20}
+    dims = {"seq": 16, "past_seq": 4, "total_seq": 20,  # GenAI's names next (kv_cache_dim given:
+            "sequence_length": 16, "past_sequence_length": 4,  # onnx's path cannot imply it)
+            "total_sequence_length": 20, "kv_cache_dim": 64}
     st = extract_mod._Structure(onnx.ModelProto.FromString(data), path.name, 10**6)
     inputs = extract_mod.resolve_inputs(st.proto, 2, None, dims, st.weights)
     assert st.propagate(inputs, extract_mod.Deadline(None, "x")) is not None
