@@ -29,10 +29,28 @@ def test_name_that_is_not_utf8_is_a_graph_error():
         extract(data)
 
 
-def test_strings_attribute_is_ignored():
+def test_strings_attribute_is_read_without_failing():
+    """A STRINGS attribute (a ValueError once): on a custom op it is carried
+    and ignored; on a standard op without it, the node is refused as
+    onnxruntime refuses it (one typed error)."""
+    custom = model([helper.make_node("MyOp", ["x"], ["y"], domain="com.example",
+                                     labels=[b"a", b"\xff"])],
+                   [("x", [1, 4])], [("y", None)], domains=("com.example",))
+    assert extract(custom).unknown_ops == ["MyOp"]
     m = single_op("Relu", [1, 4])
     m.graph.node[0].attribute.append(helper.make_attribute("labels", [b"a", b"\xff"]))
-    assert extract(m).globals["flops_total"] == 4
+    with pytest.raises(GraphError, match="Relu .opset 18. has no attribute 'labels'"):
+        extract(m)
+
+
+def test_an_attribute_the_op_lacks_is_refused_before_onnx_reads_it():
+    """Fuzzing found a Constant given perm=2^40 on which onnx's shape
+    inference took over 20 GB; onnxruntime refuses any such node."""
+    m = single_op("Relu", [1, 4])
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["c"], perm=1 << 40,
+                                            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])))
+    with pytest.raises(GraphError, match="Constant .opset 18. has no attribute 'perm'"):
+        extract(m)
 
 
 @pytest.mark.parametrize("elem,message", [(99, "unknown element type 99"),

@@ -23,7 +23,9 @@ def test_fuzz_slice_has_no_traceback_hang_bad_feature_or_file():
     assert out["slow_over_5s"] == 0, out["failures"]
     assert out["bad_features"] == 0, out["failures"]
     assert out["files_written"] == 0, out["failures"]
-    assert out["ok"] > 30  # the mutations leave many models valid, not all refused
+    # the mutations leave some models valid, not all refused: ~10 % of cases
+    # (seed 15 at 10,000 cases: 1,021); at least half that here
+    assert out["ok"] >= 15
 
 
 def test_cases_are_reproducible():

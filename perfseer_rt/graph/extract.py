@@ -78,6 +78,7 @@ from perfseer_rt.graph.propagate import (
     TypedShape,
     clear_rule_cache,
     long_1d,
+    schema_attributes,
     value_sources,
 )
 from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
@@ -295,6 +296,8 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     if akeys is None:
         akeys = attribute_keys(table)
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
+    opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    declared: set[tuple[str, tuple[str, ...]]] = set()  # (op, attribute names) found in its schema
     for row, akey in zip(table, akeys):
         if row[0] in SPATIAL_OPS and akey not in checked:
             try:
@@ -302,6 +305,17 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
             checked.add(akey)
+        if (row[ATTRS] or row[TENSORS] or row[OTHER]) and not row[DOMAIN] and opset is not None:
+            # an attribute the op does not have: onnxruntime refuses the model, and onnx's
+            # inference has spent 20 GB on one (a Constant given perm=2^40; fuzz)
+            key = (row[0], (*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER])))
+            if key not in declared:
+                schema_attrs = schema_attributes(row[0], opset)
+                extra = [a for a in key[1] if schema_attrs is not None and a not in schema_attrs]
+                if extra:
+                    raise GraphError(f"{name}: node {row[1] or row[0]!r}: {row[0]} (opset {opset}) "
+                                     f"has no attribute {extra[0]!r}; onnxruntime refuses such a node")
+                declared.add(key)
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):

@@ -1128,6 +1128,13 @@ def _getter(value: Callable[[str], np.ndarray | None], ins: tuple[str, ...]) -> 
 _KNOWN_ATTRS: dict[tuple[str, int], frozenset[str]] = {}
 
 
+def schema_attributes(op: str, opset: int) -> frozenset[str] | None:
+    """The attribute names onnx's schema of standard op ``op`` declares at
+    ``opset`` (None: no such op there)."""
+    schema = _schema(op, opset)
+    return None if schema is None else _known_attrs(op, opset)
+
+
 def _known_attrs(op: str, opset: int) -> frozenset[str]:
     """The attribute names onnx's schema of ``op`` declares (a value is
     computed only for nodes without others: onnx's reference evaluator
