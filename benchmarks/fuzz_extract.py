@@ -21,6 +21,8 @@ watchdog (``faulthandler`` dumps the stacks and exits if one case hangs for
   from the extractor's last-resort guard: a bug to fix) / ``traceback``
   (any other exception);
 * ``slow``: over 5 CPU-seconds;
+* ``over_memory``: the case raised its process's peak RSS by more than
+  :data:`MEMORY_MB` (VmHWM reset before each case);
 * ``bad_features``: a non-finite or negative feature in a returned graph;
 * ``files_written``: anything left in the working directory or the seed
   directories.
@@ -59,9 +61,13 @@ if str(ROOT) not in sys.path:
 
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.errors import PerfSeerError  # noqa: E402
+from perfseer_rt.profile import hostmem  # noqa: E402
 from tests.contrib_models import bert_layer, llama_block  # noqa: E402
 
 SLOW_S = 5.0
+#: A case whose extraction raises the process's peak RSS by more than this
+#: (MiB) fails (a Constant given perm=2^40 made onnx's inference take 20 GB).
+MEMORY_MB = 2048
 HUGE = [0, -1, -7, 1, 2, 3, 2**31 - 1, 2**31, 2**40, 2**62, 65537]
 DTYPES = [0, 1, 2, 3, 7, 8, 10, 11, 16, 17, 21, 22, 26, 28, 29, 99, 2**31 - 1]
 BATCHES = [None, None, None, 1, 2, 16, 0, -1, 65536, 65537, 2**40]
@@ -377,6 +383,8 @@ def make_case(seeds: list[bytes], seed: int, i: int) -> tuple[bytes, int | None,
 # ---------------------------------------------------------------------- run
 def run_case(data: bytes, batch, watch_dirs: list[Path]) -> dict:
     before = {d: set(os.listdir(d)) for d in watch_dirs}
+    measured = hostmem.reset_hwm()  # the peak from here on is this case's
+    rss0 = hostmem.rss_kib()
     t0 = time.process_time()
     res: dict = {"outcome": "ok"}
     try:
@@ -395,6 +403,9 @@ def run_case(data: bytes, batch, watch_dirs: list[Path]) -> dict:
         res["error"] = type(exc).__name__
         res["message"] = str(exc)[:200]
     res["cpu_s"] = time.process_time() - t0
+    peak = hostmem.hwm_kib()
+    if measured and peak is not None and rss0 is not None:
+        res["mem_mb"] = max(peak - rss0, 0) / 1024
     res["written"] = sorted(str(d / f) for d in watch_dirs for f in set(os.listdir(d)) - before[d])
     return res
 
@@ -451,7 +462,8 @@ _ABORT_AT = int(os.environ.get("PSRT_FUZZ_ABORT_AT", "-1"))
 
 def _is_failure(res: dict) -> bool:
     return bool(res["outcome"] in ("traceback", "internal", "abort") or res.get("bad_features")
-                or res.get("written") or res.get("cpu_s", 0) > SLOW_S)
+                or res.get("written") or res.get("cpu_s", 0) > SLOW_S
+                or res.get("mem_mb", 0) > MEMORY_MB)
 
 
 def summarize(results: list[dict], seed: int) -> dict:
@@ -464,6 +476,8 @@ def summarize(results: list[dict], seed: int) -> dict:
             "internal": summary["internal"], "traceback": summary["traceback"],
             "aborted": summary["abort"],
             "slow_over_5s": sum(r.get("cpu_s", 0) > SLOW_S for r in results),
+            "over_memory": sum(r.get("mem_mb", 0) > MEMORY_MB for r in results),
+            "largest_mem_mb": round(max((r.get("mem_mb", 0.0) for r in results), default=0.0), 1),
             "bad_features": sum(bool(r.get("bad_features")) for r in results),
             "files_written": sum(bool(r.get("written")) for r in results),
             "typed_by_class": dict(errors),
@@ -534,7 +548,7 @@ def main() -> int:
     if args.log is None:
         print(json.dumps(out, indent=1))
     bad = out["traceback"] + out["internal"] + out["aborted"] + out["slow_over_5s"] \
-        + out["bad_features"] + out["files_written"]
+        + out["over_memory"] + out["bad_features"] + out["files_written"]
     return 1 if bad else 0
 
 

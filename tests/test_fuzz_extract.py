@@ -8,9 +8,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from benchmarks.fuzz_extract import built_seeds, fuzz, make_case, run_case, supervised
+from benchmarks.fuzz_extract import (
+    MEMORY_MB,
+    _is_failure,
+    built_seeds,
+    fuzz,
+    make_case,
+    run_case,
+    supervised,
+)
 from perfseer_rt import extract
 from perfseer_rt.errors import GraphError
+from perfseer_rt.profile import hostmem
 from tests.onnx_builders import const, model
 
 
@@ -21,6 +30,7 @@ def test_fuzz_slice_has_no_traceback_hang_bad_feature_or_file():
     assert out["traceback"] == 0, out["failures"]
     assert out["internal"] == 0, out["failures"]
     assert out["slow_over_5s"] == 0, out["failures"]
+    assert out["over_memory"] == 0, out["failures"]
     assert out["bad_features"] == 0, out["failures"]
     assert out["files_written"] == 0, out["failures"]
     # the mutations leave some models valid, not all refused: ~10 % of cases
@@ -102,3 +112,15 @@ def test_a_case_that_kills_its_process_is_counted_and_the_run_goes_on(monkeypatc
     assert [f["case"] for f in out["failures"]] == [2]
     assert (tmp_path / "seed0_case2.onnx").exists()
     assert out["ok"] + out["typed"] == 4
+
+
+def test_a_case_s_peak_memory_is_measured_and_judged(tmp_path):
+    """Each case's own peak (the process's VmHWM is reset before it): a
+    Constant given perm=2^40 once made onnx's inference take 20 GB."""
+    if not hostmem.hwm_reset_works():
+        pytest.skip("this kernel cannot reset VmHWM")
+    data = model([helper.make_node("Expand", ["x", "s"], ["y"])], [("x", [1, 1])], [("y", None)],
+                 [const("s", (2,), [4096, 16384], dtype=np.int64)]).SerializeToString()
+    res = run_case(data, 1, [tmp_path])
+    assert res["outcome"] == "ok" and 0 <= res["mem_mb"] < 64  # shapes only: no 256 MiB tensor
+    assert _is_failure({**res, "mem_mb": MEMORY_MB + 1}) and not _is_failure(res)
