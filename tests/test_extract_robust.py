@@ -523,3 +523,17 @@ def test_weights_in_an_external_file_are_read_and_flagged(tmp_path):
         assert g.info["external_weight_share"] == 0.0
         assert not any("external data" in w for w in g.warnings)
         np.testing.assert_array_equal(g.x, ext.x)
+
+
+def test_empty_quantized_weights_are_no_division_by_zero():
+    """Fuzz seed 17 case 5878: a float32 model whose only weight is an empty
+    int8 tensor (the quantized share divided 0 by 0: an internal error)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["yi"]),
+             helper.make_node("Cast", ["yi"], ["y"], to=TensorProto.FLOAT)]
+    m = model(nodes, [("x", [2, 32])], [("y", None)],
+              [const("w", (32, 0), np.zeros((32, 0)), dtype=np.int8),
+               const("wz", (), 0, dtype=np.int8)])
+    g = extract(m)
+    assert g.info["dtype"] == "float32" and g.info["weight_bytes_by_dtype"] == {"int8": 0}
+    assert not any("quantized" in w for w in g.warnings)

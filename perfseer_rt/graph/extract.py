@@ -925,7 +925,8 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
                         "predictors were trained on float32 models only")
     else:
         quant = {k: v for k, v in by_dtype.items() if k in dtypes.QUANT_NAMES}
-        share = sum(quant.values()) / sum(by_dtype.values()) if quant else 0.0
+        total = sum(by_dtype.values())  # 0 where every weight is empty (a 0-length dim)
+        share = sum(quant.values()) / total if quant and total else 0.0
         if share >= QUANT_WEIGHT_WARN_SHARE:
             warnings.append(f"{share:.0%} of the weight bytes are stored as "
                             f"{'/'.join(sorted(quant))} (quantized weights, dequantized as the "
