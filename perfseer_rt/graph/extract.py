@@ -297,7 +297,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         akeys = attribute_keys(table)
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
     opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
-    declared: set[tuple[str, tuple[str, ...]]] = set()  # (op, attribute names) found in its schema
+    declared: dict[str, frozenset[str] | None] = {}  # op -> its schema's attributes (None: no schema)
     for row, akey in zip(table, akeys):
         if row[0] in SPATIAL_OPS and akey not in checked:
             try:
@@ -308,14 +308,18 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         if (row[ATTRS] or row[TENSORS] or row[OTHER]) and not row[DOMAIN] and opset is not None:
             # an attribute the op does not have: onnxruntime refuses the model, and onnx's
             # inference has spent 20 GB on one (a Constant given perm=2^40; fuzz)
-            key = (row[0], (*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER])))
-            if key not in declared:
-                schema_attrs = schema_attributes(row[0], opset)
-                extra = [a for a in key[1] if schema_attrs is not None and a not in schema_attrs]
-                if extra:
-                    raise GraphError(f"{name}: node {row[1] or row[0]!r}: {row[0]} (opset {opset}) "
-                                     f"has no attribute {extra[0]!r}; onnxruntime refuses such a node")
-                declared.add(key)
+            op = row[0]
+            if op in declared:
+                attrs_of_op = declared[op]
+            else:
+                attrs_of_op = declared[op] = schema_attributes(op, opset)
+            if attrs_of_op is not None and not (attrs_of_op.issuperset(row[ATTRS])
+                                                and attrs_of_op.issuperset(row[TENSORS])
+                                                and attrs_of_op.issuperset(a.name for a in row[OTHER])):
+                extra = next(a for a in (*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER]))
+                             if a not in attrs_of_op)
+                raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
+                                 f"attribute {extra!r}; onnxruntime refuses such a node")
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
