@@ -117,10 +117,12 @@ def test_a_case_that_kills_its_process_is_counted_and_the_run_goes_on(monkeypatc
 def test_a_case_s_peak_memory_is_measured_and_judged(tmp_path):
     """Each case's own peak (the process's VmHWM is reset before it): a
     Constant given perm=2^40 once made onnx's inference take 20 GB."""
-    if not hostmem.hwm_reset_works():
-        pytest.skip("this kernel cannot reset VmHWM")
     data = model([helper.make_node("Expand", ["x", "s"], ["y"])], [("x", [1, 1])], [("y", None)],
                  [const("s", (2,), [4096, 16384], dtype=np.int64)]).SerializeToString()
     res = run_case(data, 1, [tmp_path])
-    assert res["outcome"] == "ok" and 0 <= res["mem_mb"] < 64  # shapes only: no 256 MiB tensor
-    assert _is_failure({**res, "mem_mb": MEMORY_MB + 1}) and not _is_failure(res)
+    assert res["outcome"] == "ok" and not _is_failure(res)
+    if hostmem.hwm_reset_works():
+        assert 0 <= res["mem_mb"] < 64  # shapes only: no 256 MiB tensor
+    else:  # no per-case peak where the kernel cannot reset VmHWM: none is made up
+        assert "mem_mb" not in res
+    assert _is_failure({**res, "mem_mb": MEMORY_MB + 1})
