@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_SHAPE_LEN, Deadline
+from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_RANK, MAX_SHAPE_LEN, Deadline
 from perfseer_rt.graph.nodes import CACHED_KEY_CHARS, Attrs, Row, attribute_keys
 
 Shape = tuple[int, ...]
@@ -945,7 +945,7 @@ class Propagation:
                     if not checked:
                         shape = typed[1]
                         if shape and rule not in _KEEP_DIMS and (
-                                min(shape) < 0 or max(shape) >= _MAX_DIM):
+                                min(shape) < 0 or max(shape) >= _MAX_DIM or len(shape) > MAX_RANK):
                             raise GiveUp("dim out of range")
                     shapes[o] = typed
             if key is not None and not checked:
@@ -979,7 +979,7 @@ class Propagation:
         for o, typed in zip(outs, result):
             if o:
                 shape = typed[1]
-                if shape and (min(shape) < 0 or max(shape) >= _MAX_DIM):
+                if shape and (min(shape) < 0 or max(shape) >= _MAX_DIM or len(shape) > MAX_RANK):
                     raise GiveUp("dim out of range")
                 shapes[o] = typed
         for t in ins:

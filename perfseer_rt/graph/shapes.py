@@ -22,8 +22,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from perfseer_rt.errors import LimitError, ShapeError
-from perfseer_rt.graph.limits import MAX_BATCH, MAX_CONST_ELEMS, MAX_DIM, MAX_SHAPE_LEN, MIN_BATCH, Deadline
+from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
+from perfseer_rt.graph.limits import (
+    MAX_BATCH,
+    MAX_CONST_ELEMS,
+    MAX_DIM,
+    MAX_RANK,
+    MAX_SHAPE_LEN,
+    MIN_BATCH,
+    Deadline,
+)
 from perfseer_rt.graph.propagate import static_type
 
 log = logging.getLogger(__name__)
@@ -275,6 +283,9 @@ def _collect(model: onnx.ModelProto) -> dict[str, TypedShape]:
             if not tt.HasField("shape"):
                 continue
             dim = tt.shape.dim
+            if len(dim) > MAX_RANK:
+                raise GraphError(f"tensor {vi.name!r} would have {len(dim):,} dims (over "
+                                 f"{MAX_RANK}); the model's shape computations are not plausible")
             dims = [d.dim_value for d in dim]
             if not dims or min(dims) > 0:  # the common case: no unset or 0 dim
                 out[vi.name] = (tt.elem_type, tuple(dims))
@@ -306,6 +317,8 @@ def _onnx_infer(sk: onnx.ModelProto) -> dict[str, TypedShape] | None:
     try:
         return _collect(onnx.shape_inference.infer_shapes(
             sk, check_type=False, strict_mode=False, data_prop=not _long_1d_input(sk)))
+    except PerfSeerError:
+        raise  # an implausible model (_collect): the same for every round
     except Exception as exc:  # noqa: BLE001 - any failure leaves shapes to the next round
         log.debug("onnx shape inference failed: %s", exc)
         return None
