@@ -46,7 +46,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -55,6 +54,7 @@ if str(ROOT) not in sys.path:
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.graph import layout  # noqa: E402
 from perfseer_rt.graph.perfgraph import PerfGraph  # noqa: E402
+from tests.contrib_models import run_shapes  # noqa: E402
 from training.zoo.export import export_onnx, strip_weights  # noqa: E402
 from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
 
@@ -243,18 +243,12 @@ def genai(tmp: Path) -> Iterator[dict]:
 def _run_shapes(proto: onnx.ModelProto, shapes: dict) -> dict:
     """Every node output's shape as onnxruntime computes it on zeros (ones
     for ids and masks) of the extracted input shapes."""
-    m = onnx.ModelProto.FromString(proto.SerializeToString())
-    have = {o.name for o in m.graph.output}
-    m.graph.output.extend(onnx.ValueInfoProto(name=o) for n in m.graph.node for o in n.output
-                          if o and o not in have)
     feeds = {}
-    for vi in m.graph.input:
+    for vi in proto.graph.input:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         fill = np.ones if vi.name in ("input_ids", "attention_mask") else np.zeros
         feeds[vi.name] = fill(shapes[vi.name], dtype)
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return {n: tuple(v.shape) for n, v in zip(names, sess.run(None, feeds))}
+    return {n: tuple(s) for n, s in run_shapes(proto, feeds).items()}
 
 
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
