@@ -37,7 +37,8 @@ from perfseer_rt.errors import PerfSeerError  # noqa: E402
 from perfseer_rt.graph import extract_batches  # noqa: E402
 
 #: Named dims tried on models with symbolic non-batch dims.
-DIMS = {"seq": 16, "past": 4, "sequence": 16, "batch": 2, "past_seq": 4, "total_seq": 20}
+DIMS = {"seq": 16, "past": 4, "sequence": 16, "batch": 2, "past_seq": 4, "total_seq": 20,
+        "sequence_length": 16, "past_sequence_length": 4, "total_sequence_length": 20}  # GenAI's
 
 
 BATCHES = (None, 1, 8)
