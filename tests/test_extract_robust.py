@@ -29,6 +29,14 @@ def test_name_that_is_not_utf8_is_a_graph_error():
         extract(data)
 
 
+def test_a_symbolic_dim_name_that_is_not_utf8_is_a_graph_error():
+    """Fuzz seed 22 case 102: protobuf hands such a name back as bytes, and
+    listing the unresolved dims compared it with str (an internal error)."""
+    data = single_op("Relu", ["N", "seqZ"]).SerializeToString().replace(b"seqZ", b"seq\xff")
+    with pytest.raises(GraphError, match="dim 1: its symbolic name is not valid UTF-8"):
+        extract(data, batch=2)
+
+
 def test_strings_attribute_is_read_without_failing():
     """A STRINGS attribute (a ValueError once): on a custom op it is carried
     and ignored; on a standard op without it, the node is refused as

@@ -193,6 +193,8 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
             continue
         dims_out: list[int] = []
         for i, d in enumerate(mdims):
+            if isinstance(d.dim_param, bytes):  # protobuf hands invalid UTF-8 back as bytes
+                raise GraphError(f"input {vi.name!r} dim {i}: its symbolic name is not valid UTF-8")
             if d.HasField("dim_value") and d.dim_value > 0:
                 if i == 0 and batch is not None and d.dim_value != batch:
                     raise ShapeError(
