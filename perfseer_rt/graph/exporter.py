@@ -61,19 +61,25 @@ def fixed_input_shapes(inputs: list[onnx.ValueInfoProto]) -> bool:
     return True
 
 
-def external_weight_share(proto: onnx.ModelProto, model_dir: Path | None) -> float:
+def external_weight_share(proto: onnx.ModelProto, model_path: Path | None) -> float:
     """The share of the initializers' bytes stored in external data files
-    that exist beside the model (in ``model_dir``; None, as for a model
-    given as bytes: 0.0). A structure-only model, whose external files are
-    absent, has 0.0: it stands for the model, however stored. Element types
-    are validated before (unknown ones count 0 bytes here)."""
-    if model_dir is None:
+    that exist beside the model file ``model_path`` (None, or not a file, as
+    for a model given as bytes: 0.0; the file system is asked only when an
+    initializer is external). A structure-only model, whose external files
+    are absent, has 0.0: it stands for the model, however stored. Element
+    types are validated before (unknown ones count 0 bytes here)."""
+    if model_path is None:
         return 0.0
+    model_dir: Path | None = None
     found: dict[str, bool] = {}
     external = 0.0
     for t in proto.graph.initializer:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        if model_dir is None:
+            if not model_path.is_file():
+                return 0.0
+            model_dir = model_path.parent
         location = next((e.value for e in t.external_data if e.key == "location"), "")
         exists = found.get(location)
         if exists is None:

@@ -443,8 +443,8 @@ class _Structure:
         self.fast = _fast_setup(proto, inits_read)
         self.exporter = exporter(proto)
         self.fixed_shapes = fixed_input_shapes([vi for vi in inputs if vi.name not in self.weights])
-        path = Path(name)  # a file's name is its path ("<bytes>", "<ModelProto>" otherwise)
-        self.external_share = external_weight_share(proto, path.parent if path.is_file() else None)
+        # a file's name is its path ("<bytes>", "<ModelProto>" otherwise: no such file)
+        self.external_share = external_weight_share(proto, Path(name))
         self.folded = set(range(len(self.table))) - set(self.kept)
 
     def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline
