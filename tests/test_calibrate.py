@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from perfseer_rt.calibrate.api import calibrate_from_measurements
-from perfseer_rt.calibrate.fit import fit_correction
+from perfseer_rt.calibrate.fit import conformal_width, fit_correction
 from perfseer_rt.calibrate.reference import materialize, references
 from perfseer_rt.cli import main
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import extract
-from perfseer_rt.predict import api, local_cpu, registry
+from perfseer_rt.predict import api, local_cpu, registry, uncertainty
 from perfseer_rt.predict.correction import Correction
 
 BASE = "cpu-amd-epyc-1t"
@@ -89,6 +89,54 @@ def test_a_calibrated_peak_memory_correction_reaches_the_peak_and_its_parts(home
                                                 mm["parts"]["inference_run_peak_mb"]), rel=1e-6)
         assert m["metrics"]["latency_ms"]["value"] == pytest.approx(1.5 * b["metrics"]["latency_ms"]["value"],
                                                                     rel=1e-4)
+
+
+def test_the_width_kept_is_the_conformal_quantile_of_the_leave_one_out_log_errors():
+    errs = np.arange(1, 31) / 100.0  # 0.01 .. 0.30
+    assert conformal_width(errs[:16], 0.9) == pytest.approx(0.16)  # n=16: ceil(17 * 0.9) = 16th, the largest
+    assert conformal_width(errs[::-1], 0.9) == pytest.approx(0.28)  # n=30: the 28th smallest, any order
+    rng = np.random.default_rng(1)
+    base = np.exp(rng.uniform(-1, 4, 16))
+    corr = fit_correction("latency_ms", base, 1.3 * base * np.exp(rng.normal(0, 0.1, 16)))
+    assert 0.05 < corr.cv_log_q90 < 0.4  # about the noise's 90 % |quantile| (0.16)
+    assert corr.cv_log_q90 >= np.log1p(corr.cv_mape / 100) * 0.9  # a 90 % quantile is above the mean error
+
+
+def test_a_calibrated_entry_widens_the_base_intervals_by_its_own_error(home):
+    """The base's interval (its model error) and the calibration's
+    leave-one-out error (this CPU's departure from one factor) combine in
+    quadrature, around the corrected value; an entry written before widths
+    were kept states no interval rather than the base's too narrow one."""
+    refs = references()[:6]
+    graphs = [extract(r.path, batch=r.batch) for r in refs]
+    base = api.predict(graphs, device=BASE)
+    noise = np.array([1.0, 1.25, 0.8, 1.1, 0.9, 1.05])
+    rows = [{"latency_ms": 0.6 * n * b["metrics"]["latency_ms"]["value"],
+             "peak_mem_mb": b["metrics"]["peak_mem_mb"]["value"]} for b, n in zip(base, noise)]
+    res = calibrate_from_measurements("noisy", BASE, graphs, rows, home / "devices" / "noisy", env="test rows")
+    q = res.corrections["latency_ms"].cv_log_q90
+    assert q is not None and q > 0.1
+    mine = api.predict(graphs, device="noisy")
+    for b, m in zip(base, mine):
+        bl, ml = b["metrics"]["latency_ms"], m["metrics"]["latency_ms"]
+        lo, hi = np.log(np.array(bl["interval"]) / bl["value"])
+        want = ml["value"] * np.exp([-np.hypot(min(lo, 0), q), np.hypot(max(hi, 0), q)])
+        np.testing.assert_allclose(ml["interval"], want, rtol=1e-6)
+        assert ml["coverage"] == bl["coverage"]
+        assert m["distance"] == pytest.approx(b["distance"])  # the base's distance warning still applies
+
+    manifest = home / "devices" / "noisy" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    del doc["calibration"]["corrections"]["latency_ms"]["cv_log_q90"]
+    manifest.write_text(json.dumps(doc))
+    [old] = api.predict(graphs[:1], device="noisy")
+    assert old["metrics"]["latency_ms"].get("interval") is None
+    assert len(old["metrics"]["peak_mem_mb"]["interval"]) == 2
+
+
+def test_widening_keeps_a_side_that_does_not_reach_the_prediction_at_the_width():
+    iv = uncertainty.widened(uncertainty.Interval(0.05, 0.3, 0.9), 0.4)
+    assert (iv.lo, iv.hi, iv.coverage) == (pytest.approx(-0.4), pytest.approx(0.5), 0.9)
 
 
 def test_fit_refuses_too_few_or_bad_values():

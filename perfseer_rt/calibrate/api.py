@@ -170,6 +170,9 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
         raise PerfSeerError(f"no metric of {base!r} ({', '.join(base_pred.metrics)}) has 3 or more measurements")
     manifest = _manifest(name, base_pred, corrections, env, how, rows)
     files = {e["file"]: base_pred.folder / e["file"] for e in base_pred.model_entries}
+    if base_pred.uncertainty is not None:  # kept: predict widens its intervals by each correction's width
+        ref = base_pred.uncertainty.reference_file
+        files[ref] = base_pred.folder / ref
     write_entry(Path(folder), manifest, files, overwrite=overwrite)
     return CalibrationResult(name, Path(folder), base, corrections)
 
@@ -178,8 +181,6 @@ def _manifest(name: str, base_pred: Predictor, corrections: dict[str, Correction
               env: dict[str, Any] | str | None, how: str,
               rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     doc = {k: v for k, v in base_pred.manifest.items() if k not in ("accuracy", "report")}
-    if isinstance(doc.get("seernet"), dict):  # the base's intervals do not hold for another device
-        doc["seernet"] = {**doc["seernet"], "uncertainty": None}
     model = base_pred.default_model
     doc["device"] = {"name": name, "description": env or f"calibrated from {base_pred.device}",
                      "base": base_pred.device}

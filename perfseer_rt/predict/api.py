@@ -141,6 +141,17 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     return values
 
 
+def corrected_by(pred: Predictor) -> dict[str, Correction]:
+    """The correction each output is scaled with in :func:`reported`: its
+    own, else (a memory phase) the peak's."""
+    fixes = dict(pred.corrections)
+    mem = pred.memory
+    if mem is not None and mem.peak in fixes:
+        for phase in (mem.load, mem.run):
+            fixes.setdefault(phase, fixes[mem.peak])
+    return fixes
+
+
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     """Why this graph lies outside what the predictor was trained on."""
     data = pred.schema.training_data if pred.schema else None
@@ -162,18 +173,25 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
 
 
 def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float,
-                   gaps: Mapping[str, float] | None, calibrated: bool = True) -> None:
+                   gaps: Mapping[str, float] | None, calibrated: bool = True,
+                   corrections: Mapping[str, Correction] | None = None) -> None:
     """Intervals on each metric (for the result's distance score, batch size
     and the metric's disagreement gap), and a warning when the graph lies
     beyond the calibrated distance threshold or the blend's two models
     disagree on a metric beyond its threshold
     (:mod:`perfseer_rt.predict.uncertainty`). ``calibrated``: the model
     predicting is the one the intervals were calibrated for (the default);
-    another model's predictions get no interval."""
+    another model's predictions get no interval. ``corrections``: a locally
+    calibrated entry's; a metric's interval is widened by its correction's
+    leave-one-out width, and a corrected metric without one (an entry written
+    before widths were kept) gets no interval."""
     dis = unc.disagreement
     for name, m in result["metrics"].items():
         gap = gaps.get(name) if gaps is not None else None
         iv = uncertainty.interval(unc, name, distance, result["batch"], gap) if calibrated else None
+        fix = (corrections or {}).get(name)
+        if iv is not None and fix is not None:
+            iv = None if fix.cv_log_q90 is None else uncertainty.widened(iv, fix.cv_log_q90)
         if iv is not None:
             m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
         if gap is not None:
@@ -295,7 +313,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         if unc is not None and distance is not None:
             _add_intervals(result, unc, float(distance[i]),
                            None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
-                           calibrated=(model or pred.default_model) == pred.default_model)
+                           calibrated=(model or pred.default_model) == pred.default_model,
+                           corrections=corrected_by(pred))
         if pred.memory is not None and pred.memory.peak in wanted:
             metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:

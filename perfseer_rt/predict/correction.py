@@ -36,6 +36,11 @@ class Correction:
     #: written before the range was kept (then the fit applies everywhere)
     fit_min: float | None = None
     fit_max: float | None = None
+    #: the leave-one-out error as a width: the split-conformal 90 % quantile of
+    #: ``|log(LOO prediction / measured)|`` (natural log, unitless) over the
+    #: reference models; the entry widens the base's intervals by it
+    #: (:func:`perfseer_rt.predict.uncertainty.widened`). None in entries written before
+    cv_log_q90: float | None = None
 
     def apply(self, value: np.ndarray | float) -> np.ndarray:
         """The corrected value(s): ``exp(a) * v ** b`` inside the fitted range,

@@ -121,6 +121,16 @@ class Interval:
         return [float(value * np.exp(self.lo)), float(value * np.exp(self.hi))]
 
 
+def widened(iv: Interval, width: float) -> Interval:
+    """``iv`` with each side widened in quadrature by ``width`` (log space):
+    a calibrated entry's own leave-one-out error (:attr:`Correction.cv_log_q90
+    <perfseer_rt.predict.correction.Correction.cv_log_q90>`) on top of the
+    base's model error, taken as independent. A side that does not reach
+    the prediction counts as 0."""
+    return Interval(-float(np.hypot(min(iv.lo, 0.0), width)), float(np.hypot(max(iv.hi, 0.0), width)),
+                    iv.coverage)
+
+
 def conformal_quantiles(log_ratios: np.ndarray, coverage: float) -> tuple[float, float]:
     """Lower and upper quantiles of ``log(measured / predicted)`` that hold
     ``coverage`` of a new exchangeable sample (split conformal: the
