@@ -20,7 +20,9 @@ from perfseer_rt.cli.common import emit_json
               help="Entry folder (default $PERFSEER_RT_HOME/devices/NAME, else "
                    "~/.local/share/perfseer-rt/devices/NAME; predict finds only those).")
 @click.option("--models", "n_models", type=click.IntRange(min=3), default=None,
-              help="Profile only the first N (smallest) reference models (default: all 16, about a minute).")
+              help="Profile only the first N reference models (default: all 24, under a minute; "
+                   "the first 16 are small zoo models, the last 8 published architectures at "
+                   "real-model sizes).")
 @click.option("--force", is_flag=True, help="Replace an existing entry of that name.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def calibrate(name: str | None, base: str, provider: str, out: str | None, n_models: int | None,
