@@ -298,6 +298,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
     unc = pred.uncertainty
     distance = uncertainty.scores(unc, pred.folder, graphs) if unc is not None else None
+    fixes = corrected_by(pred)
     results: list[dict[str, Any]] = []
     for i, (source, graph, row) in enumerate(zip(models, graphs, values)):
         out = dict(zip(pred.outputs, (float(v) for v in row)))
@@ -314,7 +315,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             _add_intervals(result, unc, float(distance[i]),
                            None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
                            calibrated=(model or pred.default_model) == pred.default_model,
-                           corrections=corrected_by(pred))
+                           corrections=fixes)
         if pred.memory is not None and pred.memory.peak in wanted:
             metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:
