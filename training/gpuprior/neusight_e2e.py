@@ -1,0 +1,266 @@
+"""The GPU prior against whole-model GPU latencies measured by others.
+
+NeuSight's artifact (``sitar-lab/NeuSight``, MIT licence) publishes, beside the
+per-operator rows the prior is fitted on, the end-to-end latency of five dense
+transformers (BERT-large, GPT-2 large, GPT-3 XL, GPT-3 2.7B, OPT-1.3B built
+from the Hugging Face configs in ``scripts/asplos/data/DLmodel_configs``) on
+twelve GPUs, H100 and L4 among them: PyTorch 2.1 eager, fp32 (cuDNN TF32 off),
+random weights, ``input_ids`` of ones, the mean of the fastest 5 of 25 timed
+forward passes (CUDA events around ``model(input_ids)``). Those are the
+whole-model labels the prior never saw (its rows are single operators on five
+GPUs; the H100 and L4 have no rows at all).
+
+Two steps:
+
+``labels --repo GITDIR``: read every single-GPU inference and training label
+(``scripts/asplos/label/<GPU>/<model>-<mode>-<seq>-<batch>.json``, fused and
+multi-GPU runs left out) and the model configs from a clone of the artifact
+(``git show``, no work tree needed) into ``data/neusight-e2e/``, each row
+naming its source file and commit.
+
+``check``: export every model structure-only (transformers from the config,
+eager attention, dynamic batch and sequence), predict each NVIDIA inference
+label with the matching shipped device entry and write
+``reports/gpu-prior/neusight_e2e.{md,json}``. A model is exported with 1 and 2
+layers and the prediction for ``L`` layers is ``P1 + (L - 1) (P2 - P1)``: the
+prior's latency is a sum over kernels, and the layers are identical, so this
+is the full model's prediction without building billions of weights (checked
+against a full export of BERT-large and GPT-2 large, printed in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from tqdm import tqdm
+
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.predict import api
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "data" / "neusight-e2e"
+OUT = REPO / "reports" / "gpu-prior"
+SOURCE = "sitar-lab/NeuSight"
+LABEL_DIR = "scripts/asplos/label"
+CONFIG_DIR = "scripts/asplos/data/DLmodel_configs"
+#: dense models with labels (the Switch MoE runs are left out: no MoE export here)
+MODELS = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13")
+#: NeuSight's GPU folder -> our device entry
+DEVICES = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_L4": "l4", "NVIDIA_A100-PCIE-40GB": "a100-40gb",
+           "NVIDIA_A100-SXM4-40GB": "a100-sxm4-40gb", "NVIDIA_A100_80GB_PCIe": "a100-80gb",
+           "Tesla_V100-PCIE-32GB": "v100", "Tesla_T4": "t4", "Tesla_P100-PCIE-16GB": "p100",
+           "Tesla_P4": "p4"}
+#: GPUs whose single operators the prior was fitted on (the others are held out entirely)
+KERNEL_GPUS = ("a100-40gb", "v100", "t4", "p100", "p4")
+FIELDS = ("gpu", "device", "model", "mode", "seq", "batch", "num_layer", "e2e_ms", "fw_ms", "bw_ms",
+          "source", "commit")
+_NAME = re.compile(r"^(?P<model>[a-z0-9_]+)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)\.json$")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def collect_labels(repo: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """(label rows, model name -> config JSON text) from a clone's HEAD."""
+    commit = _git(repo, "rev-parse", "HEAD").strip()
+    rows = []
+    for path in _git(repo, "ls-tree", "-r", "--name-only", "HEAD", LABEL_DIR).splitlines():
+        gpu, name = path.split("/")[-2:]
+        m = _NAME.match(name)  # fused (-fusion) and multi-GPU (-dp4, -tp4, -pp4_1) runs do not match
+        if m is None or m["model"] not in MODELS:
+            continue
+        doc = json.loads(_git(repo, "show", f"HEAD:{path}"))
+        rows.append({"gpu": gpu, "device": DEVICES.get(gpu, ""), "model": m["model"],
+                     "mode": "inference" if m["mode"] == "inf" else "train",
+                     "seq": int(m["seq"]), "batch": int(m["batch"]), "num_layer": int(doc["num_layer"]),
+                     "e2e_ms": float(doc["e2e_latency"]), "fw_ms": float(doc["fw_latency"]),
+                     "bw_ms": float(doc["bwall_latency"]), "source": path, "commit": commit})
+    configs = {m: _git(repo, "show", f"HEAD:{CONFIG_DIR}/{m}.json") for m in MODELS}
+    rows.sort(key=lambda r: (r["gpu"], r["model"], r["mode"], r["seq"], r["batch"]))
+    return rows, configs
+
+
+def write_labels(rows: list[dict[str, Any]], configs: dict[str, str], folder: Path = DATA) -> None:
+    (folder / "configs").mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_bytes(folder / "labels.csv", buf.getvalue().encode())
+    for name, text in configs.items():
+        atomic_write_bytes(folder / "configs" / f"{name}.json", text.encode())
+
+
+def read_labels(folder: Path = DATA) -> list[dict[str, Any]]:
+    with open(folder / "labels.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for k in ("seq", "batch", "num_layer"):
+            r[k] = int(r[k])
+        for k in ("e2e_ms", "fw_ms", "bw_ms"):
+            r[k] = float(r[k])
+    return rows
+
+
+def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA) -> Path:
+    """``name``'s config with ``layers`` layers (None: as configured), exported
+    structure-only to ``path`` with dims ``batch`` and ``seq``."""
+    # deliberately lazy: torch and transformers are needed by this step only
+    import torch
+
+    from training.zoo.export import strip_weights
+    from training.zoo.real.torchvision_compat import import_transformers
+
+    transformers = import_transformers()
+
+    cfg = json.loads((folder / "configs" / f"{name}.json").read_text())
+    if layers is not None:
+        cfg["n_layer" if "n_layer" in cfg else "num_hidden_layers"] = layers
+    arch = cfg["architectures"][0]
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config.use_cache = False
+    config._attn_implementation = "eager"  # as NeuSight's transformers (4.3x) ran them
+    model = getattr(transformers, arch)(config).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            # an all-ones mask, as HF builds when none is given; without one transformers
+            # traces a packed-sequence check (torch.diff) that has no ONNX export
+            return self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
+
+    ids = torch.ones((2, 16), dtype=torch.int64)
+    with torch.no_grad(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        # to a file: torch writes the weights of a model over 2 GiB as external data beside it
+        torch.onnx.export(Logits(), (ids,), str(Path(tmp) / "model.onnx"), dynamo=False,
+                          opset_version=18, do_constant_folding=True, input_names=["input_ids"],
+                          output_names=["logits"], dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                                                 "logits": {0: "batch", 1: "seq"}})
+        proto = onnx.load(str(Path(tmp) / "model.onnx"))
+    strip_weights(proto, path.name + ".data")
+    onnx.save_model(proto, str(path))
+    return path
+
+
+def layers_of(name: str, folder: Path = DATA) -> int:
+    cfg = json.loads((folder / "configs" / f"{name}.json").read_text())
+    return int(cfg.get("n_layer", cfg.get("num_hidden_layers")))
+
+
+def predicted_ms(paths: dict[int, Path], layers: int, device: str, batch: int, seq: int) -> float:
+    """The prior's whole-model latency at ``layers`` layers from exports with
+    1 and 2 layers (``paths``), or from a full export where ``paths`` has one."""
+    def lat(p: Path) -> float:
+        (r,) = api.predict(str(p), batch=batch, dims={"seq": seq}, device=device)
+        return float(r["metrics"]["latency_ms"]["value"])
+
+    if layers in paths:
+        return lat(paths[layers])
+    p1, p2 = lat(paths[1]), lat(paths[2])
+    return p1 + (layers - 1) * (p2 - p1)
+
+
+def check(tmp: Path, full: tuple[str, ...] = ("bert_large", "gpt2_large")) -> dict[str, Any]:
+    rows = [r for r in read_labels() if r["mode"] == "inference" and r["device"]]
+    models = sorted({r["model"] for r in rows})
+    paths: dict[str, dict[int, Path]] = {}
+    for m in tqdm(models, desc="exports"):
+        paths[m] = {k: export_model(m, k, tmp / f"{m}-{k}.onnx") for k in (1, 2)}
+        if m in full:
+            L = layers_of(m)
+            paths[m][L] = export_model(m, None, tmp / f"{m}-{L}.onnx")
+    additivity = []
+    for m in full:
+        L = layers_of(m)
+        r = next(r for r in rows if r["model"] == m)
+        whole = predicted_ms({L: paths[m][L]}, L, r["device"], r["batch"], r["seq"])
+        extra = predicted_ms({k: paths[m][k] for k in (1, 2)}, L, r["device"], r["batch"], r["seq"])
+        additivity.append({"model": m, "device": r["device"], "batch": r["batch"], "seq": r["seq"],
+                           "full_export_ms": whole, "from_1_and_2_layers_ms": extra})
+    out = []
+    for r in tqdm(rows, desc="predictions"):
+        pred = predicted_ms({k: paths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
+                            r["batch"], r["seq"])
+        out.append({**{k: r[k] for k in ("gpu", "device", "model", "seq", "batch", "num_layer",
+                                          "e2e_ms", "source")},
+                    "predicted_ms": round(pred, 3), "error": round(pred / r["e2e_ms"] - 1, 4)})
+    return {"rows": out, "additivity": additivity, "commit": rows[0]["commit"]}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    by: dict[str, dict[str, float]] = {}
+    for dev in sorted({r["device"] for r in rows}):
+        e = np.array([r["error"] for r in rows if r["device"] == dev])
+        by[dev] = {"n": len(e), "mape": float(np.mean(np.abs(e)) * 100),
+                   "median_error": float(np.median(e) * 100), "max_abs": float(np.max(np.abs(e)) * 100)}
+    return by
+
+
+def write_report(doc: dict[str, Any]) -> None:
+    rows = doc["rows"]
+    doc["summary"] = summary(rows)
+    atomic_write_bytes(OUT / "neusight_e2e.json", json.dumps(doc, indent=1).encode())
+    lines = ["# The GPU prior on whole-model latencies measured by others (NeuSight)\n",
+             "`python -m training.gpuprior.neusight_e2e check` (labels: `data/neusight-e2e/`, "
+             f"from `{SOURCE}` at {doc['commit'][:12]}). Each label is a whole-model forward pass "
+             "measured by the NeuSight authors: PyTorch 2.1 eager, fp32, CUDA events, the mean of "
+             "the fastest 5 of 25 runs. Each prediction is `perfseer-rt predict --device D "
+             "--batch B --dim seq=S` on our structure-only export of the same Hugging Face config. "
+             "Error = predicted / measured - 1. The prior's kernel rows come from "
+             f"{', '.join(KERNEL_GPUS)} (single operators only); the H100, L4 and A100-SXM4 have "
+             "no rows at all.\n",
+             "| device | labels | MAPE % | median error % | max abs error % |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for dev, s in doc["summary"].items():
+        held = "" if dev in KERNEL_GPUS else " (no kernel rows)"
+        lines.append(f"| {dev}{held} | {s['n']} | {s['mape']:.1f} | {s['median_error']:+.1f} | "
+                     f"{s['max_abs']:.1f} |")
+    lines += ["\n| device | model | batch | seq | measured ms | predicted ms | error % |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['device']} | {r['model']} | {r['batch']} | {r['seq']} | {r['e2e_ms']:.2f} | "
+                     f"{r['predicted_ms']:.2f} | {r['error'] * 100:+.1f} |")
+    lines.append("\nLayer extrapolation against a full export (same prior, same shapes):\n")
+    for a in doc["additivity"]:
+        lines.append(f"- {a['model']} on {a['device']} (batch {a['batch']}, seq {a['seq']}): full "
+                     f"{a['full_export_ms']:.3f} ms, from 1 and 2 layers {a['from_1_and_2_layers_ms']:.3f} ms")
+    atomic_write_bytes(OUT / "neusight_e2e.md", ("\n".join(lines) + "\n").encode())
+    print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.gpuprior.neusight_e2e", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="step", required=True)
+    lab = sub.add_parser("labels", help="copy the labels and configs from a clone of the artifact")
+    lab.add_argument("--repo", type=Path, required=True, help="git directory of sitar-lab/NeuSight")
+    sub.add_parser("check", help="predict every NVIDIA inference label; write the report")
+    args = ap.parse_args(argv)
+    if args.step == "labels":
+        rows, configs = collect_labels(args.repo)
+        write_labels(rows, configs)
+        print(f"{len(rows)} labels -> {DATA / 'labels.csv'}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        write_report(check(Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
