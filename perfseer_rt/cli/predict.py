@@ -155,6 +155,10 @@ def devices(as_json: bool) -> None:
         if r.get("leave_one_gpu_out"):
             click.echo(f"  per-operator MAPE with this GPU held out: "
                        f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
+        if r.get("whole_model"):
+            w = r["whole_model"]
+            click.echo(f"  whole-model latency MAPE: {w['mape']:.1f} % on {w['labels']} transformers "
+                       f"measured by others ({w['source']})")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
             click.echo(f"  {x['name']:<20} [{x['unit']}]  "

@@ -63,6 +63,19 @@ class LeaveOneGpuOut:
 
 
 @dataclass(frozen=True)
+class WholeModelCheck:
+    """The entry's whole-model latency against labels measured by others
+    (``accuracy.whole_model``; ``reports/gpu-prior/neusight_e2e.md``):
+    ``mape`` and ``median_error`` in %, over ``labels`` models."""
+
+    labels: int
+    mape: float
+    median_error: float
+    source: str
+    meaning: str
+
+
+@dataclass(frozen=True)
 class GpuTrainingData:
     configurations: int  #: kernel rows the prior was fitted on
 
@@ -86,7 +99,7 @@ class GpuPriorManifest:
     kernel_launch_ms: float
     memory_overhead: MemoryOverhead
     assumptions: tuple[str, ...]
-    accuracy: dict[str, LeaveOneGpuOut]
+    accuracy: dict[str, Union[LeaveOneGpuOut, WholeModelCheck]]
     calibration: Union[Correction, None]
     calibration_source: Union[str, None]
     training_data: GpuTrainingData

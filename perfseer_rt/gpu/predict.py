@@ -114,14 +114,18 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
             warnings.append("weights from the PerfGraph: a shared initializer counts once per use")
         if graph.unknown_ops:
             warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
-        logo = pred.manifest.get("accuracy", {}).get("leave_one_gpu_out", {})
+        accuracy = pred.manifest.get("accuracy", {})
+        logo = accuracy.get("leave_one_gpu_out", {})
+        whole = accuracy.get("whole_model")
         lat_meaning = (f"whole-model inference latency, one stream: the sum over {kernels.count} "
                        f"kernels of the prior's per-kernel latency plus {dev.launch_ms * 1e3:g} us "
                        "launch overhead each (views free); onnxruntime CUDA EP assumed. The prior "
-                       "was checked per operator only (leave-one-GPU-out MAPE "
+                       "was fitted on single operators (leave-one-GPU-out MAPE "
                        + (f"{logo['mape']:.1f} % on this GPU" if logo.get("mape") is not None
                           else "not available for this GPU, which has no measured rows")
-                       + "); no whole-model GPU labels validate the sum"
+                       + ("); whole-model check: MAPE {mape:.1f} % (median {median_error:+.1f} %) "
+                          "on {labels} transformer latencies measured by others ({source})".format(**whole)
+                          if whole else "); no whole-model GPU labels for this GPU validate the sum")
                        + ("; calibrated on our records" if dev.correction else ""))
         metric_values = {
             "latency_ms": {"value": round(lat, 4), "unit": "ms", "interval": None,

@@ -154,6 +154,7 @@ def device_rows() -> list[dict[str, Any]]:
                      "models": pred.model_names, "default_model": pred.default_model,
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
+                     "whole_model": m.get("accuracy", {}).get("whole_model"),
                      "user_entry": pred.user, "base": (m.get("calibration") or {}).get("base"),
                      "local_cpu_match": local_cpu.matches_local(m, here),
                      "configurations": (m.get("training_data") or {}).get("configurations")})

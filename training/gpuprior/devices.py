@@ -16,6 +16,7 @@ from perfseer_rt.gpu.prior import PROVENANCE
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.gpuprior.neusight_e2e import whole_model_accuracy
 
 #: NVIDIA H200 (SXM) from NVIDIA's H200 Tensor Core GPU datasheet
 #: (nvidia.com/en-us/data-center/h200): 141 GB HBM3e, 4.8 TB/s, FP32 67
@@ -73,6 +74,9 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
                 "mape": round(sum(r["prior"]["mape"] for r in mine) / len(mine), 2),
                 "per_operator": {r["family"]: r["prior"]["mape"] for r in mine},
                 "meaning": "per-operator MAPE % with this GPU held out of the fit"}
+        whole = whole_model_accuracy(name)
+        if whole is not None:  # the last whole-model check (training/gpuprior/neusight_e2e.py)
+            accuracy["whole_model"] = whole
         manifest = {
             "format": "perfseer-rt-predictor/1", "kind": "gpu-prior", "version": version,
             "device": {"name": name, "description": f"{sheet} (spec sheet + public kernel prior)"},

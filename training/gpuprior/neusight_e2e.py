@@ -212,6 +212,38 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return by
 
 
+def whole_model_accuracy(device: str, report: Path = OUT / "neusight_e2e.json") -> dict[str, Any] | None:
+    """The ``accuracy.whole_model`` field of ``device``'s manifest from the
+    report's summary (None: no report or no labels for it)."""
+    if not report.exists():
+        return None
+    doc = json.loads(report.read_text())
+    s = doc["summary"].get(device)
+    if s is None:
+        return None
+    return {"labels": int(s["n"]), "mape": round(s["mape"], 2), "median_error": round(s["median_error"], 2),
+            "source": f"NeuSight, {SOURCE} {doc['commit'][:12]}, PyTorch 2.1 eager fp32",
+            "meaning": "whole-model forward latency MAPE % against the published measurements "
+                       "(reports/gpu-prior/neusight_e2e.md)"}
+
+
+def record(root: Path = REPO / "exported_models") -> list[str]:
+    """Write each device entry's ``accuracy.whole_model`` from the report;
+    returns the entries changed."""
+    changed = []
+    for manifest in sorted(root.glob("*/manifest.json")):
+        doc = json.loads(manifest.read_text())
+        if doc.get("kind") != "gpu-prior":
+            continue
+        whole = whole_model_accuracy(doc["device"]["name"])
+        if whole is None or doc["accuracy"].get("whole_model") == whole:
+            continue
+        doc["accuracy"]["whole_model"] = whole
+        atomic_write_bytes(manifest, json.dumps(doc, indent=1).encode())
+        changed.append(doc["device"]["name"])
+    return changed
+
+
 def write_report(doc: dict[str, Any]) -> None:
     rows = doc["rows"]
     doc["summary"] = summary(rows)
@@ -250,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="step", required=True)
     lab = sub.add_parser("labels", help="copy the labels and configs from a clone of the artifact")
     lab.add_argument("--repo", type=Path, required=True, help="git directory of sitar-lab/NeuSight")
-    sub.add_parser("check", help="predict every NVIDIA inference label; write the report")
+    sub.add_parser("check", help="predict every NVIDIA inference label; write the report and "
+                                 "each device entry's accuracy.whole_model")
     args = ap.parse_args(argv)
     if args.step == "labels":
         rows, configs = collect_labels(args.repo)
@@ -259,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         write_report(check(Path(tmp)))
+    print("whole-model accuracy recorded in:", ", ".join(record()) or "none changed")
     return 0
 
 

@@ -1,0 +1,80 @@
+"""The GPU prior's whole-model check on NeuSight's published latencies
+(training/gpuprior/neusight_e2e.py) and how its result reaches users."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfseer_rt.gpu.manifest import WholeModelCheck, parse_gpu_prior
+from perfseer_rt.predict import api
+from perfseer_rt.predict.manifest import ManifestError
+from training.gpuprior import neusight_e2e as E
+
+ROOT = Path(__file__).parents[1]
+TINY_BERT = {"architectures": ["BertLMHeadModel"], "model_type": "bert", "hidden_size": 64,
+             "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 3,
+             "vocab_size": 1000, "max_position_embeddings": 128, "type_vocab_size": 2}
+
+
+def test_every_label_names_its_source_and_every_nvidia_gpu_a_shipped_entry():
+    rows = E.read_labels()
+    assert len(rows) >= 100
+    shipped = {p.parent.name for p in (ROOT / "exported_models").glob("*/manifest.json")}
+    for r in rows:
+        assert r["source"].endswith(f"{r['model']}-{'inf' if r['mode'] == 'inference' else 'train'}"
+                                    f"-{r['seq']}-{r['batch']}.json") and len(r["commit"]) == 40
+        assert r["e2e_ms"] > 0 and r["e2e_ms"] == pytest.approx(r["fw_ms"] + r["bw_ms"])
+        if r["gpu"].startswith(("NVIDIA", "Tesla")):
+            assert r["device"] in shipped
+    assert {r["model"] for r in rows} == set(E.MODELS)
+    assert all((E.DATA / "configs" / f"{m}.json").exists() for m in E.MODELS)
+
+
+def test_the_report_summary_and_the_manifests_agree_with_the_rows():
+    doc = json.loads((E.OUT / "neusight_e2e.json").read_text())
+    rows = doc["rows"]
+    for r in rows:  # each error is the ratio of the two numbers beside it
+        assert r["error"] == pytest.approx(r["predicted_ms"] / r["e2e_ms"] - 1, abs=1e-4)
+    assert doc["summary"] == E.summary(rows)
+    h100 = [r for r in rows if r["device"] == "h100"]
+    assert doc["summary"]["h100"]["mape"] == pytest.approx(
+        100 * np.mean([abs(r["error"]) for r in h100]))
+    for dev in doc["summary"]:
+        m = json.loads((ROOT / "exported_models" / dev / "manifest.json").read_text())
+        assert m["accuracy"]["whole_model"] == E.whole_model_accuracy(dev)
+        assert isinstance(parse_gpu_prior(m).accuracy["whole_model"], WholeModelCheck)
+
+
+def test_a_whole_model_block_is_typed_strictly():
+    doc = json.loads((ROOT / "exported_models/h100/manifest.json").read_text())
+    doc["accuracy"]["whole_model"]["surprise"] = 1
+    with pytest.raises(ManifestError, match=r"accuracy\.whole_model"):
+        parse_gpu_prior(doc)
+
+
+def test_a_prediction_says_whether_whole_model_labels_check_its_gpu():
+    path = str(ROOT / "examples" / "resnet18.onnx")
+    (checked,) = api.predict(path, device="h100")
+    (unchecked,) = api.predict(path, device="h200")
+    mape = json.loads((ROOT / "exported_models/h100/manifest.json").read_text())[
+        "accuracy"]["whole_model"]["mape"]
+    assert f"whole-model check: MAPE {mape:.1f} %" in checked["metrics"]["latency_ms"]["meaning"]
+    assert "no whole-model GPU labels for this GPU" in unchecked["metrics"]["latency_ms"]["meaning"]
+
+
+def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
+    """The check predicts an L-layer model from exports with 1 and 2 layers;
+    that is the full export's prediction because the prior sums kernels."""
+    pytest.importorskip("torch")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "tiny.json").write_text(json.dumps(TINY_BERT))
+    paths = {k: E.export_model("tiny", k, tmp_path / f"tiny-{k}.onnx", folder=tmp_path) for k in (1, 2)}
+    full = E.export_model("tiny", None, tmp_path / "tiny-3.onnx", folder=tmp_path)
+    assert not list(tmp_path.glob("*.data"))  # structure-only: no weights written
+    for device in ("h100", "t4"):
+        whole = E.predicted_ms({3: full}, 3, device, batch=4, seq=64)
+        # predictions are rounded to 1e-4 ms: -P1 + 2 P2 and the full one carry 2e-4 at most
+        assert E.predicted_ms(paths, 3, device, batch=4, seq=64) == pytest.approx(whole, abs=2e-4)
+        assert whole > E.predicted_ms({2: paths[2]}, 2, device, batch=4, seq=64)
