@@ -1,7 +1,7 @@
 """Whole-model predictions of the GPU prior next to the per-node roofline.
 
-NOT a validation: there are no whole-model GPU labels here (NeuSight's data
-holds single operators; we have no GPU records yet). The table shows what
+NOT a validation (that is :mod:`training.gpuprior.neusight_e2e`, on
+published whole-model latencies of five transformers). The table shows what
 the shipped prior answers for zoo models and how far above the plain
 per-node roofline sum it lies (the issue's reference point: the per-node
 roofline is ~26 % under measured H100 whole-model latency of large
@@ -60,10 +60,11 @@ def main() -> int:
                              "mig": (r["mig"] or {}).get("profile")})
     out = REPO / "reports" / "gpu-prior"
     atomic_write_bytes(out / "whole_model.json", json.dumps(rows, indent=1).encode())
-    lines = ["# Whole-model predictions of the GPU prior (not validated)\n",
-             "`python -m training.gpuprior.whole_model`. No whole-model GPU labels exist here: "
-             "these are the prior's answers (fp32, onnxruntime CUDA EP assumed, structure-only "
-             "zoo exports) beside the plain per-node roofline sum over the same PerfGraph. "
+    lines = ["# Whole-model predictions of the GPU prior for zoo models\n",
+             "`python -m training.gpuprior.whole_model`. These are the prior's answers "
+             "(its whole-model check on published labels: neusight_e2e.md) "
+             "(fp32, onnxruntime CUDA EP assumed, structure-only zoo exports) beside the plain "
+             "per-node roofline sum over the same PerfGraph. "
              "For scale: the per-node roofline was ~26 % under measured whole-model H100 "
              "latency of large transformers (issue 19), i.e. measured / roofline ~1.35.\n",
              "| model | batch | device | GFLOPs | prior ms | per-node roofline ms | prior / roofline | peak MiB | MIG |",  # noqa: E501 (a command line / table row / spec kept whole)
