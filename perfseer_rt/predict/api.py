@@ -24,12 +24,15 @@ from perfseer_rt.predict.registry import Predictor, get_predictor
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
 #: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
-#: ~2,000 nodes keep them near the core's cache; one call over 200
-#: NAS-Bench-201 graphs (24,508 nodes) ran at ~940 graphs/s on one core, calls
-#: of 500..4,000 nodes at 1,250..1,330 (``benchmarks/bench_predict.py``).
-#: A graph larger than this goes alone. Each graph's prediction depends on
-#: that graph only, so chunking changes speed, not results.
-CHUNK_NODES = 2048
+#: a few hundred nodes keep them near the core's cache: over 200 NAS-Bench-201
+#: graphs (24,508 nodes) on one core, calls of 500..4,000 nodes ran at
+#: 1,250..1,330 graphs/s on the AMD EPYC (one call of all: ~940); on the Intel
+#: Xeon of session 19 calls of 384..768 nodes ran at ~800 graphs/s, 2,048 at
+#: ~705, 256 at ~715 (the default blend, 3 rounds). A graph larger
+#: than this goes alone. Each graph's prediction depends on that graph only:
+#: chunking changes speed, and results only in the last float32 bit (GEMM
+#: blocking; 2.4e-7 relative at most over those graphs).
+CHUNK_NODES = 768
 
 
 @lru_cache(maxsize=8)
