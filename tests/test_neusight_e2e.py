@@ -74,7 +74,7 @@ def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
     full = E.export_model("tiny", None, tmp_path / "tiny-3.onnx", folder=tmp_path)
     assert not list(tmp_path.glob("*.data"))  # structure-only: no weights written
     for device in ("h100", "t4"):
-        whole = E.predicted_ms({3: full}, 3, device, batch=4, seq=64)
+        whole = E.predicted({3: full}, 3, device, batch=4, seq=64)["total"]
         # predictions are rounded to 1e-4 ms: -P1 + 2 P2 and the full one carry 2e-4 at most
-        assert E.predicted_ms(paths, 3, device, batch=4, seq=64) == pytest.approx(whole, abs=2e-4)
-        assert whole > E.predicted_ms({2: paths[2]}, 2, device, batch=4, seq=64)
+        assert E.predicted(paths, 3, device, batch=4, seq=64)["total"] == pytest.approx(whole, abs=2e-4)
+        assert whole > E.predicted({2: paths[2]}, 2, device, batch=4, seq=64)["total"]

@@ -114,7 +114,8 @@ _model_opt = click.option("--model", "model_name", default=None,
 @click.option("--mode", type=click.Choice(["inference", "train"]), default="inference",
               show_default=True,
               help="inference: one inference call; train: one training step (forward, loss, "
-                   "backward, optimizer update) with the device's training-step predictor.")
+                   "backward, optimizer update) with the device's training-step predictor "
+                   "(GPU-prior devices: priced from their kernel prior, AdamW).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
 def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],

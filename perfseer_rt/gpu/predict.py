@@ -57,8 +57,10 @@ class GpuPriorDevice:
         self.correction: Correction | None = self.typed.calibration
         self.calibration_source = self.typed.calibration_source
 
-    def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False) -> tuple[float, dict[str, Any]]:
-        """Total ms and ms per family of ``kernels`` on ``spec``."""
+    def latency_ms(self, kernels: Kernels, spec: GpuSpec, tc: bool = False,
+                   corrected: bool = True) -> tuple[float, dict[str, Any]]:
+        """Total ms and ms per family of ``kernels`` on ``spec`` (with the
+        entry's calibration unless ``corrected`` is False)."""
         parts = {}
         for fam, shape in kernels.shapes.items():
             s = spec
@@ -69,15 +71,42 @@ class GpuPriorDevice:
             arr = F.spec_arrays(s, len(kernels.nodes[fam]))
             parts[fam] = float(self.prior.kernel_ms(fam, shape, arr, self.launch_ms).sum())
         total = sum(parts.values())
-        if self.correction is not None:
+        if corrected and self.correction is not None:
             total = float(self.correction.apply(total))
         return total, parts
 
 
-def _model_proto(source: Any) -> onnx.ModelProto | None:
+def model_proto(source: Any) -> onnx.ModelProto | None:
+    """The ModelProto of a prediction's source (None for a PerfGraph: its
+    weights are then read from the graph)."""
     if isinstance(source, PerfGraph):
         return None
     return load_model(source)[0]
+
+
+def device_for(pred: Predictor, precision: str) -> tuple[GpuPriorDevice, bool]:
+    """The entry's :class:`GpuPriorDevice` and whether ``precision`` asks for
+    the tensor-core assumption.
+
+    Raises:
+        PerfSeerError: an unknown precision, or a tensor-core precision on a
+            GPU whose spec sheet has no tensor-core peak.
+    """
+    if precision not in PRECISIONS:
+        raise PerfSeerError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    dev = GpuPriorDevice(pred.device, pred.folder, pred.manifest)
+    tc = precision != "fp32"
+    if tc and not dev.spec.tc16_gflops:
+        raise PerfSeerError(f"device {pred.device!r} has no tensor-core fp16/bf16 peak on its "
+                            "spec sheet; only --precision fp32 is available")
+    return dev, tc
+
+
+def element_scale(graph: PerfGraph, tc: bool) -> tuple[float, float]:
+    """(median bytes per element of the graph's tensors, the byte scale the
+    tensor-core assumption applies to an fp32 model: 0.5, else 1)."""
+    itemsize = float(np.median(graph.edge_column("dtype_bytes"))) if graph.num_edges else 4.0
+    return itemsize, 0.5 if tc and itemsize >= 4 else 1.0
 
 
 def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
@@ -87,22 +116,15 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
     """Predictions for a ``gpu-prior`` device entry (``pred``: a registry
     Predictor). See :func:`perfseer_rt.predict.api.predict` for arguments."""
     precision = precision or "fp32"
-    if precision not in PRECISIONS:
-        raise PerfSeerError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    dev = GpuPriorDevice(pred.device, pred.folder, pred.manifest)
-    tc = precision != "fp32"
-    if tc and not dev.spec.tc16_gflops:
-        raise PerfSeerError(f"device {pred.device!r} has no tensor-core fp16/bf16 peak on its "
-                            "spec sheet; only --precision fp32 is available")
+    dev, tc = device_for(pred, precision)
     names = [m["name"] for m in pred.manifest["metrics"]]
     wanted = list(metrics) if metrics else names
     results = []
     for source in models:
         graph = source if isinstance(source, PerfGraph) else extract(
             source, batch=batch, input_shapes=input_shapes, dims=dims)
-        proto = _model_proto(source)
-        itemsize = float(np.median(graph.edge_column("dtype_bytes"))) if graph.num_edges else 4.0
-        scale = 0.5 if tc and itemsize >= 4 else 1.0
+        proto = model_proto(source)
+        itemsize, scale = element_scale(graph, tc)
         kernels = map_graph(graph, itemsize_scale=scale)
         lat, parts = dev.latency_ms(kernels, dev.spec, tc)
         mem, mem_parts, exact = memory.estimate(graph, proto, pred.manifest["memory_overhead"], scale)

@@ -16,11 +16,12 @@ import numpy as np
 
 from perfseer_rt.errors import MetricError, PerfSeerError
 from perfseer_rt.gpu.predict import predict_gpu
+from perfseer_rt.gpu.predict_train import predict_gpu_train
 from perfseer_rt.graph import PerfGraph, extract, layout
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import OUTPUT_NAMES, FieldScale, MemoryParts, Uncertainty, concat_graphs
-from perfseer_rt.predict.registry import Predictor, get_predictor
+from perfseer_rt.predict.registry import Predictor
 
 #: Nodes per onnxruntime call when many graphs are predicted together. The
 #: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
@@ -273,14 +274,17 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
 
     Raises:
         DeviceError: unknown device, unknown mode, or a device without a
-        training-step predictor for ``mode="train"``. MetricError: a metric the device's
-        predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
+        training-step predictor for ``mode="train"`` (gpu-prior devices price
+        the training step from their kernel prior, :mod:`perfseer_rt.gpu.predict_train`).
+        MetricError: a metric the device's predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
     """
     if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
         models = [models]
     models = list(models)
-    pred = (train_mode.get_train_predictor(device) if train_mode.check_mode(mode) == "train"
-            else get_predictor(device))
+    pred = train_mode.predictor_for(device, mode)
+    if pred.kind == "gpu-prior" and mode == "train":
+        return predict_gpu_train(pred, models, batch=batch, metrics=metrics,
+                                 input_shapes=input_shapes, precision=precision, dims=dims)
     if pred.kind == "gpu-prior":
         return predict_gpu(pred, models, batch=batch, metrics=_wanted(pred, metrics),
                            input_shapes=input_shapes, precision=precision, dims=dims)

@@ -14,8 +14,7 @@ from tqdm import tqdm
 from perfseer_rt.errors import ModelLoadError, PerfSeerError
 from perfseer_rt.graph.extract import extract_batches
 from perfseer_rt.predict.api import predict
-from perfseer_rt.predict.registry import get_predictor
-from perfseer_rt.predict.train_mode import check_mode, get_train_predictor
+from perfseer_rt.predict.train_mode import predictor_for
 
 #: More (model, batch) jobs than this show a progress bar on stderr.
 PROGRESS_MIN_JOBS = 8
@@ -61,7 +60,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     prediction (``mode``: ``"inference"`` or ``"train"``, as :func:`predict`).
     Results are in model-major order."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
-    get_train_predictor(device) if check_mode(mode) == "train" else get_predictor(device)
+    predictor_for(device, mode)
     jobs = [(m, b) for m in models for b in batches]
     show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress

@@ -86,6 +86,23 @@ def get_train_predictor(device: str | None) -> Predictor:
     return registry.check_layout(found[device], "training-step predictor of")
 
 
+def predictor_for(device: str | None, mode: str) -> Predictor:
+    """The predictor that answers ``mode`` on ``device``: the device's own for
+    inference, and for training its training-step predictor, except on a
+    gpu-prior entry, which prices the training step itself
+    (:mod:`perfseer_rt.gpu.predict_train`).
+
+    Raises:
+        DeviceError: as :func:`check_mode`, :func:`registry.get_predictor`
+            and :func:`get_train_predictor`.
+    """
+    if check_mode(mode) == "inference":
+        return registry.get_predictor(device)
+    if device is not None and registry.get_predictor(device).kind == "gpu-prior":
+        return registry.get_predictor(device)
+    return get_train_predictor(device)
+
+
 def _step(pred: Predictor) -> TrainStep:
     """The training step a train-mode predictor's labels timed (its manifest must say)."""
     if pred.schema is None or pred.schema.step is None:

@@ -115,8 +115,22 @@ def read_labels(folder: Path = DATA) -> list[dict[str, Any]]:
     return rows
 
 
-def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA) -> Path:
-    """``name``'s config with ``layers`` layers (None: as configured), exported
+#: The model class NeuSight's ``get_model`` builds from each config (their
+#: ``neusight/Tracing/trace.py``): BERT is timed as a sequence classifier in
+#: inference (no LM head) and as BertForPreTraining in training; the GPT-2 and
+#: OPT configs as causal LMs in both.
+def head_of(model_type: str, mode: str) -> tuple[str, str]:
+    """(transformers auto class, name of the output that carries the logits)."""
+    if model_type == "bert":
+        return (("AutoModelForSequenceClassification", "logits") if mode == "inference"
+                else ("AutoModelForPreTraining", "prediction_logits"))
+    return "AutoModelForCausalLM", "logits"
+
+
+def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
+                 mode: str = "inference") -> Path:
+    """``name``'s config with ``layers`` layers (None: as configured), built
+    as NeuSight built it for ``mode`` (:func:`head_of`) and exported
     structure-only to ``path`` with dims ``batch`` and ``seq``."""
     # deliberately lazy: torch and transformers are needed by this step only
     import torch
@@ -129,11 +143,12 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA)
     cfg = json.loads((folder / "configs" / f"{name}.json").read_text())
     if layers is not None:
         cfg["n_layer" if "n_layer" in cfg else "num_hidden_layers"] = layers
-    arch = cfg["architectures"][0]
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    model_type = cfg.pop("model_type")
+    cfg.pop("architectures", None)
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
     config.use_cache = False
-    config._attn_implementation = "eager"  # as NeuSight's transformers (4.3x) ran them
-    model = getattr(transformers, arch)(config).eval()
+    auto, output = head_of(model_type, mode)
+    model = getattr(transformers, auto).from_config(config, attn_implementation="eager").eval()
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:
@@ -143,15 +158,17 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA)
         def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
             # an all-ones mask, as HF builds when none is given; without one transformers
             # traces a packed-sequence check (torch.diff) that has no ONNX export
-            return self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
+            return self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[output]
 
+    per_token = not (model_type == "bert" and mode == "inference")
     ids = torch.ones((2, 16), dtype=torch.int64)
     with torch.no_grad(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         # to a file: torch writes the weights of a model over 2 GiB as external data beside it
         torch.onnx.export(Logits(), (ids,), str(Path(tmp) / "model.onnx"), dynamo=False,
                           opset_version=18, do_constant_folding=True, input_names=["input_ids"],
-                          output_names=["logits"], dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
-                                                                 "logits": {0: "batch", 1: "seq"}})
+                          output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                        "logits": {0: "batch", 1: "seq"} if per_token else {0: "batch"}})
         proto = onnx.load(str(Path(tmp) / "model.onnx"))
     strip_weights(proto, path.name + ".data")
     onnx.save_model(proto, str(path))
@@ -163,44 +180,69 @@ def layers_of(name: str, folder: Path = DATA) -> int:
     return int(cfg.get("n_layer", cfg.get("num_hidden_layers")))
 
 
-def predicted_ms(paths: dict[int, Path], layers: int, device: str, batch: int, seq: int) -> float:
-    """The prior's whole-model latency at ``layers`` layers from exports with
-    1 and 2 layers (``paths``), or from a full export where ``paths`` has one."""
-    def lat(p: Path) -> float:
-        (r,) = api.predict(str(p), batch=batch, dims={"seq": seq}, device=device)
-        return float(r["metrics"]["latency_ms"]["value"])
+def predicted(paths: dict[int, Path], layers: int, device: str, batch: int, seq: int,
+              mode: str = "inference") -> dict[str, float]:
+    """The prior's prediction at ``layers`` layers from exports with 1 and 2
+    layers (``paths``), or from a full export where ``paths`` has one:
+    inference ``{"total": ms}``; train the step's parts (``forward``,
+    ``loss``, ``backward``, ``optimizer``, ms)."""
+    def parts(p: Path) -> dict[str, float]:
+        (r,) = api.predict(str(p), batch=batch, dims={"seq": seq}, device=device, mode=mode)
+        if mode == "inference":
+            return {"total": float(r["metrics"]["latency_ms"]["value"])}
+        return {k: float(v) for k, v in r["metrics"]["step_ms"]["parts"].items()}
 
     if layers in paths:
-        return lat(paths[layers])
-    p1, p2 = lat(paths[1]), lat(paths[2])
-    return p1 + (layers - 1) * (p2 - p1)
+        return parts(paths[layers])
+    p1, p2 = parts(paths[1]), parts(paths[2])
+    return {k: p1[k] + (layers - 1) * (p2[k] - p1[k]) for k in p1}
+
+
+def _exports(rows: list[dict[str, Any]], tmp: Path, mode: str, full: tuple[str, ...] = ()
+             ) -> dict[str, dict[int, Path]]:
+    paths: dict[str, dict[int, Path]] = {}
+    for m in tqdm(sorted({r["model"] for r in rows}), desc=f"exports ({mode})"):
+        paths[m] = {k: export_model(m, k, tmp / f"{m}-{mode}-{k}.onnx", mode=mode) for k in (1, 2)}
+        if m in full:
+            L = layers_of(m)
+            paths[m][L] = export_model(m, None, tmp / f"{m}-{mode}-{L}.onnx", mode=mode)
+    return paths
 
 
 def check(tmp: Path, full: tuple[str, ...] = ("bert_large", "gpt2_large")) -> dict[str, Any]:
-    rows = [r for r in read_labels() if r["mode"] == "inference" and r["device"]]
-    models = sorted({r["model"] for r in rows})
-    paths: dict[str, dict[int, Path]] = {}
-    for m in tqdm(models, desc="exports"):
-        paths[m] = {k: export_model(m, k, tmp / f"{m}-{k}.onnx") for k in (1, 2)}
-        if m in full:
-            L = layers_of(m)
-            paths[m][L] = export_model(m, None, tmp / f"{m}-{L}.onnx")
+    """Inference: every NVIDIA label against the prior's latency; training:
+    every NVIDIA label (forward + backward, as NeuSight timed it: no
+    optimizer step) against the step's forward + loss + backward."""
+    labels = [r for r in read_labels() if r["device"]]
+    rows = [r for r in labels if r["mode"] == "inference"]
+    paths = _exports(rows, tmp, "inference", full)
     additivity = []
     for m in full:
         L = layers_of(m)
         r = next(r for r in rows if r["model"] == m)
-        whole = predicted_ms({L: paths[m][L]}, L, r["device"], r["batch"], r["seq"])
-        extra = predicted_ms({k: paths[m][k] for k in (1, 2)}, L, r["device"], r["batch"], r["seq"])
+        whole = predicted({L: paths[m][L]}, L, r["device"], r["batch"], r["seq"])["total"]
+        extra = predicted({k: paths[m][k] for k in (1, 2)}, L, r["device"], r["batch"], r["seq"])["total"]
         additivity.append({"model": m, "device": r["device"], "batch": r["batch"], "seq": r["seq"],
                            "full_export_ms": whole, "from_1_and_2_layers_ms": extra})
+    keep = ("gpu", "device", "model", "seq", "batch", "num_layer", "e2e_ms", "source")
     out = []
-    for r in tqdm(rows, desc="predictions"):
-        pred = predicted_ms({k: paths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
-                            r["batch"], r["seq"])
-        out.append({**{k: r[k] for k in ("gpu", "device", "model", "seq", "batch", "num_layer",
-                                          "e2e_ms", "source")},
+    for r in tqdm(rows, desc="predictions (inference)"):
+        pred = predicted({k: paths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
+                         r["batch"], r["seq"])["total"]
+        out.append({**{k: r[k] for k in keep},
                     "predicted_ms": round(pred, 3), "error": round(pred / r["e2e_ms"] - 1, 4)})
-    return {"rows": out, "additivity": additivity, "commit": rows[0]["commit"]}
+    train = [r for r in labels if r["mode"] == "train"]
+    tpaths = _exports(train, tmp, "train")
+    tout = []
+    for r in tqdm(train, desc="predictions (train)"):
+        p = predicted({k: tpaths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
+                      r["batch"], r["seq"], mode="train")
+        fw, bw = p["forward"], p["loss"] + p["backward"]
+        tout.append({**{k: r[k] for k in keep}, "fw_ms": r["fw_ms"], "bw_ms": r["bw_ms"],
+                     "predicted_fw_ms": round(fw, 3), "predicted_bw_ms": round(bw, 3),
+                     "predicted_ms": round(fw + bw, 3), "optimizer_ms": round(p["optimizer"], 3),
+                     "error": round((fw + bw) / r["e2e_ms"] - 1, 4)})
+    return {"rows": out, "train_rows": tout, "additivity": additivity, "commit": labels[0]["commit"]}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -247,6 +289,7 @@ def record(root: Path = REPO / "exported_models") -> list[str]:
 def write_report(doc: dict[str, Any]) -> None:
     rows = doc["rows"]
     doc["summary"] = summary(rows)
+    doc["train_summary"] = summary(doc["train_rows"])
     atomic_write_bytes(OUT / "neusight_e2e.json", json.dumps(doc, indent=1).encode())
     lines = ["# The GPU prior on whole-model latencies measured by others (NeuSight)\n",
              "`python -m training.gpuprior.neusight_e2e check` (labels: `data/neusight-e2e/`, "
@@ -268,6 +311,25 @@ def write_report(doc: dict[str, Any]) -> None:
     for r in rows:
         lines.append(f"| {r['device']} | {r['model']} | {r['batch']} | {r['seq']} | {r['e2e_ms']:.2f} | "
                      f"{r['predicted_ms']:.2f} | {r['error'] * 100:+.1f} |")
+    lines += ["\n## Training step (forward + backward)\n",
+              "`predict --mode train --device D` prices one step from the forward kernels "
+              "(`perfseer_rt/gpu/train_step.py`: backward kernels per forward kernel, a "
+              "cross-entropy loss, an AdamW update). NeuSight timed `model(input_ids)` with the "
+              "model in train mode (dropout on) and `loss.backward()` separately, without an "
+              "optimizer step; so the comparison is our forward against their forward and our "
+              "loss + backward against their backward, the AdamW update shown beside.\n",
+              "| device | labels | MAPE % | median error % | max abs error % |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for dev, s in doc["train_summary"].items():
+        held = "" if dev in KERNEL_GPUS else " (no kernel rows)"
+        lines.append(f"| {dev}{held} | {s['n']} | {s['mape']:.1f} | {s['median_error']:+.1f} | "
+                     f"{s['max_abs']:.1f} |")
+    lines += ["\n| device | model | batch | seq | measured fw / bw ms | predicted fw / bw ms | "
+              "error (fw+bw) % | AdamW ms |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in doc["train_rows"]:
+        lines.append(f"| {r['device']} | {r['model']} | {r['batch']} | {r['seq']} | {r['fw_ms']:.1f} / "
+                     f"{r['bw_ms']:.1f} | {r['predicted_fw_ms']:.1f} / {r['predicted_bw_ms']:.1f} | "
+                     f"{r['error'] * 100:+.1f} | {r['optimizer_ms']:.1f} |")
     lines.append("\nLayer extrapolation against a full export (same prior, same shapes):\n")
     for a in doc["additivity"]:
         lines.append(f"- {a['model']} on {a['device']} (batch {a['batch']}, seq {a['seq']}): full "

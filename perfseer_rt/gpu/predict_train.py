@@ -1,0 +1,95 @@
+"""``predict --mode train`` on a ``gpu-prior`` device: one training step
+priced kernel by kernel (:mod:`perfseer_rt.gpu.train_step` states the rules).
+
+Metrics: ``step_ms`` (parts: forward, loss, backward, optimizer, ms) and
+``peak_mem_mb`` (parts: weights, gradients, optimizer state, activations kept
+for backward, the largest activation's gradient, workspace, CUDA context,
+MiB), so a scheduler sees why a job would not fit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from perfseer_rt.errors import MetricError
+from perfseer_rt.gpu import memory, mig_advice, train_step
+from perfseer_rt.gpu.kernels import map_graph
+from perfseer_rt.gpu.predict import FP32_NOTE, KIND, TC_ASSUMPTION, device_for, element_scale, model_proto
+from perfseer_rt.gpu.prior import PROVENANCE
+from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.predict.mig import margin_for
+from perfseer_rt.predict.registry import Predictor
+
+#: What a training-step prediction of a gpu-prior device reports.
+TRAIN_METRICS = ("step_ms", "peak_mem_mb")
+
+
+def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = None,
+                      metrics: Sequence[str] | None = None,
+                      input_shapes: dict[str, tuple[int, ...]] | None = None,
+                      precision: str | None = None, dims: dict[str, int] | None = None
+                      ) -> list[dict[str, Any]]:
+    """Training-step predictions on a ``gpu-prior`` entry; arguments as
+    :func:`perfseer_rt.predict.api.predict`.
+
+    Raises:
+        MetricError: a metric other than ``step_ms`` / ``peak_mem_mb``.
+        PerfSeerError: as :func:`perfseer_rt.gpu.predict.predict_gpu`.
+    """
+    wanted = list(metrics) if metrics else list(TRAIN_METRICS)
+    missing = [m for m in wanted if m not in TRAIN_METRICS]
+    if missing:
+        raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)} in --mode "
+                          f"train; it predicts {', '.join(TRAIN_METRICS)}")
+    precision = precision or "fp32"
+    dev, tc = device_for(pred, precision)
+    overhead = pred.manifest["memory_overhead"]
+    results = []
+    for source in models:
+        graph = source if isinstance(source, PerfGraph) else extract(
+            source, batch=batch, input_shapes=input_shapes, dims=dims)
+        _, scale = element_scale(graph, tc)
+        weights, exact = memory.weight_bytes(model_proto(source), graph)
+        fwd = map_graph(graph, itemsize_scale=scale)
+        phases = {"forward": fwd, "loss": train_step.loss(graph, 4.0 * scale),
+                  "backward": train_step.backward(fwd, 4.0 * scale),
+                  "optimizer": train_step.optimizer(weights)}
+
+        def step_ms(spec: Any, phases: dict[str, Any] = phases) -> tuple[float, dict[str, float]]:
+            parts = {k: dev.latency_ms(kern, spec, tc, corrected=False)[0] for k, kern in phases.items()}
+            return sum(parts.values()), parts
+
+        total, parts = step_ms(dev.spec)
+        saved, largest = train_step.saved_activation_bytes(fwd, graph, 4.0 * scale)
+        mem_parts = train_step.memory_parts(weights, saved, largest,
+                                            memory.workspace_bytes(graph, overhead["cublas_workspace_mib"]),
+                                            float(overhead["cuda_context_mib"]))
+        mem = round(sum(mem_parts.values()), 2)
+        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + fwd.notes
+        if not exact:
+            warnings.append("weights from the PerfGraph: a shared initializer counts once per use")
+        if dev.correction is not None:
+            warnings.append("the entry's calibration was fitted on inference: not applied to a training step")
+        metric_values = {
+            "step_ms": {"value": round(total, 4), "unit": "ms", "interval": None, "coverage": None,
+                        "meaning": train_step.STEP_MEANING + f"; optimizer {train_step.OPTIMIZER}",
+                        "parts": {k: round(v, 4) for k, v in parts.items()}},
+            "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
+                            "meaning": train_step.MEM_MEANING, "parts": mem_parts}}
+        result: dict[str, Any] = {
+            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
+            "device": pred.device, "batch": int(graph.globals["batch_size"]), "mode": "train",
+            "precision": precision,
+            "predictor": {"device": pred.device, "kind": KIND, "model": "roofline-fraction-mlp",
+                          "version": pred.manifest.get("version", ""),
+                          "provenance": pred.manifest.get("provenance", PROVENANCE),
+                          "description": f"{dev.spec.name}: spec sheet + NeuSight kernel prior, "
+                                         "training step from forward kernels"},
+            "metrics": {m: metric_values[m] for m in wanted}, "mig": None, "warnings": warnings}
+        if pred.manifest.get("mig_gpu"):
+            result["mig"] = mig_advice.advise(pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),
+                                              lambda s: step_ms(s)[0])  # noqa: B023 (advise calls it before the loop moves on)
+        results.append(result)
+    return results

@@ -1,0 +1,90 @@
+"""`predict --mode train` on a gpu-prior device: the training step priced
+from the forward kernels (perfseer_rt/gpu/train_step.py, predict_train.py)."""
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from perfseer_rt import extract
+from perfseer_rt.cli import main
+from perfseer_rt.errors import DeviceError, MetricError
+from perfseer_rt.gpu import train_step
+from perfseer_rt.gpu.kernels import map_graph
+from perfseer_rt.predict import api
+from tests.gpu_models import transformer
+
+CNN = "examples/resnet18.onnx"
+
+
+@pytest.fixture(scope="module")
+def tfm_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("m") / "tfm.onnx"
+    onnx.save(transformer(), path)
+    return str(path)
+
+
+def test_each_gemm_gets_its_two_gradient_gemms(tfm_path):
+    fwd = map_graph(extract(tfm_path, batch=4))
+    bwd = train_step.backward(fwd, 4.0)
+    for fam in ("linear", "bmm"):
+        f, b = fwd.shapes[fam], bwd.shapes[fam]
+        n = len(f["m"])
+        assert len(b["m"]) == 2 * n and list(bwd.nodes[fam]) == list(fwd.nodes[fam]) * 2
+        # dX = dY W^T: [m, n] @ [n, k]; dW = X^T dY: [k, m] @ [m, n]: same FLOPs as forward
+        assert np.array_equal(b["n"][:n], f["k"]) and np.array_equal(b["k"][:n], f["n"])
+        assert np.array_equal(b["m"][n:], f["k"]) and np.array_equal(b["k"][n:], f["m"])
+        assert np.allclose(b["flops"], np.concatenate([f["flops"], f["flops"]]))
+    assert len(bwd.nodes["ln"]) == 2 * len(fwd.nodes["ln"])
+    assert bwd.shapes["elem"]["binary"].min() == 1.0
+
+
+@pytest.mark.parametrize("device", ["h100", "t4"])
+def test_a_training_step_adds_its_phases_and_its_memory_parts(tfm_path, device):
+    (inf,) = api.predict(tfm_path, batch=8, device=device)
+    (r,) = api.predict(tfm_path, batch=8, device=device, mode="train")
+    assert r["mode"] == "train" and set(r["metrics"]) == {"step_ms", "peak_mem_mb"}
+    step = r["metrics"]["step_ms"]
+    assert set(step["parts"]) == {"forward", "loss", "backward", "optimizer"}
+    assert step["value"] == pytest.approx(sum(step["parts"].values()), abs=1e-3)
+    # the forward phase is the inference prediction (no calibration on these entries)
+    assert step["parts"]["forward"] == pytest.approx(inf["metrics"]["latency_ms"]["value"], abs=1e-3)
+    assert step["parts"]["backward"] > 1.5 * step["parts"]["forward"]
+    mem = r["metrics"]["peak_mem_mb"]
+    parts = mem["parts"]
+    assert mem["value"] == pytest.approx(sum(parts.values()), abs=0.05)
+    assert parts["gradients"] == parts["weights"]
+    assert parts["optimizer_state"] == pytest.approx(2 * parts["weights"], abs=0.01)
+    assert mem["value"] > inf["metrics"]["peak_mem_mb"]["value"]
+
+
+def test_the_step_grows_with_the_batch(tfm_path):
+    small, big = (api.predict(tfm_path, batch=b, device="a100-40gb", mode="train")[0]["metrics"]
+                  for b in (2, 32))
+    assert big["step_ms"]["value"] > small["step_ms"]["value"]
+    assert big["peak_mem_mb"]["parts"]["activations"] > 8 * small["peak_mem_mb"]["parts"]["activations"]
+    # the optimizer update depends on the weights only
+    assert big["step_ms"]["parts"]["optimizer"] == pytest.approx(small["step_ms"]["parts"]["optimizer"])
+
+
+def test_the_loss_is_priced_on_the_largest_output():
+    g = extract(CNN, batch=16)
+    k = train_step.loss(g, 4.0)
+    assert k.shapes["softmax"]["cols"][0] == 1000.0 and k.shapes["softmax"]["rows"][0] == 16.0
+
+
+def test_train_metrics_are_checked_and_cpu_devices_keep_their_rule(tfm_path):
+    with pytest.raises(MetricError, match="step_ms, peak_mem_mb"):
+        api.predict(tfm_path, device="h100", mode="train", metrics=["latency_ms"])
+    with pytest.raises(DeviceError, match="unknown device|no such device|not a device"):
+        api.predict(tfm_path, device="no-such-gpu", mode="train")
+
+
+def test_cli_train_mode_on_a_gpu(tfm_path):
+    res = CliRunner().invoke(main, ["predict", CNN, "--device", "h100", "--mode", "train",
+                                    "--batch", "16", "--json"])
+    assert res.exit_code == 0, res.output
+    assert '"step_ms"' in res.stdout and '"optimizer_state"' in res.stdout
+    bad = CliRunner().invoke(main, ["predict", CNN, "--device", "h100", "--mode", "train",
+                                    "--metrics", "latency_ms"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
