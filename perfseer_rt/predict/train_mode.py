@@ -39,6 +39,11 @@ _STEP_MEM = ("peak resident memory (VmHWM, method {method}) of the measuring pro
              "baseline, not here")
 
 
+#: How a gpu-prior device answers ``--mode train`` (:mod:`perfseer_rt.gpu.train_step`).
+GPU_PRIOR_STEP = ("priced from the kernel prior: forward kernels, cross-entropy loss, the backward "
+                  "kernels of each, one AdamW update (not measured by us; reports/gpu-prior/neusight_e2e.md)")
+
+
 def check_mode(mode: str) -> str:
     """``mode`` itself when known; DeviceError naming the known modes otherwise."""
     if mode not in MODES:
@@ -153,7 +158,12 @@ def summary(device: str) -> dict[str, Any] | None:
     (what a step is, metrics with units and test MAPE); None when it has none."""
     pred = train_predictors().get(device)
     if pred is None:
-        return None
+        base = registry.predictors().get(device)
+        if base is None or base.kind != "gpu-prior":
+            return None
+        return {"description": GPU_PRIOR_STEP, "metrics": [
+            {"name": "step_ms", "unit": "ms", "test_mape_pct": None},
+            {"name": "peak_mem_mb", "unit": "MiB", "test_mape_pct": None}]}
     return {"description": description(pred),
             "metrics": [{"name": m, "unit": pred.unit(m).replace("MB", "MiB"),
                          "test_mape_pct": pred.test_accuracy(m).get("mape")} for m in pred.metrics]}
