@@ -109,6 +109,19 @@ def element_scale(graph: PerfGraph, tc: bool) -> tuple[float, float]:
     return itemsize, 0.5 if tc and itemsize >= 4 else 1.0
 
 
+def header(pred: Predictor, source: Any, graph: PerfGraph, mode: str, precision: str,
+           description: str) -> dict[str, Any]:
+    """The fields every gpu-prior prediction starts with: model, device,
+    batch, mode, precision and the predictor's identity."""
+    return {"model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
+            "device": pred.device, "batch": int(graph.globals["batch_size"]), "mode": mode,
+            "precision": precision,
+            "predictor": {"device": pred.device, "kind": KIND, "model": "roofline-fraction-mlp",
+                          "version": pred.manifest.get("version", ""),
+                          "provenance": pred.manifest.get("provenance", PROVENANCE),
+                          "description": description}}
+
+
 def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
                 metrics: Sequence[str] | None = None,
                 input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -159,17 +172,10 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
                                        + ") + largest live activation set + allocator rounding + "
                                        "workspace + CUDA context (assumed figures, not measured by us)",
                             "parts": mem_parts}}
-        result = {
-            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
-            "device": pred.device, "batch": int(graph.globals["batch_size"]), "mode": "inference",
-            "precision": precision,
-            "predictor": {"device": pred.device, "kind": KIND, "model": "roofline-fraction-mlp",
-                          "version": pred.manifest.get("version", ""),
-                          "provenance": pred.manifest.get("provenance", PROVENANCE),
-                          "description": f"{dev.spec.name}: spec sheet + NeuSight kernel prior"
-                                         + (", calibrated" if dev.correction else "")},
-            "metrics": {m: metric_values[m] for m in wanted},
-            "mig": None, "warnings": warnings}
+        result = {**header(pred, source, graph, "inference", precision,
+                           f"{dev.spec.name}: spec sheet + NeuSight kernel prior"
+                           + (", calibrated" if dev.correction else "")),
+                  "metrics": {m: metric_values[m] for m in wanted}, "mig": None, "warnings": warnings}
         if pred.manifest.get("mig_gpu"):
             result["mig"] = mig_advice.advise(
                 pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),

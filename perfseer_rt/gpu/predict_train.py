@@ -9,15 +9,13 @@ MiB), so a scheduler sees why a job would not fit.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from perfseer_rt.errors import MetricError
 from perfseer_rt.gpu import memory, mig_advice, train_step
 from perfseer_rt.gpu.kernels import map_graph
-from perfseer_rt.gpu.predict import FP32_NOTE, KIND, TC_ASSUMPTION, device_for, element_scale, model_proto
-from perfseer_rt.gpu.prior import PROVENANCE
+from perfseer_rt.gpu.predict import FP32_NOTE, TC_ASSUMPTION, device_for, element_scale, header, model_proto
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict.mig import margin_for
 from perfseer_rt.predict.registry import Predictor
@@ -78,16 +76,10 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
                         "parts": {k: round(v, 4) for k, v in parts.items()}},
             "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
                             "meaning": train_step.MEM_MEANING, "parts": mem_parts}}
-        result: dict[str, Any] = {
-            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
-            "device": pred.device, "batch": int(graph.globals["batch_size"]), "mode": "train",
-            "precision": precision,
-            "predictor": {"device": pred.device, "kind": KIND, "model": "roofline-fraction-mlp",
-                          "version": pred.manifest.get("version", ""),
-                          "provenance": pred.manifest.get("provenance", PROVENANCE),
-                          "description": f"{dev.spec.name}: spec sheet + NeuSight kernel prior, "
-                                         "training step from forward kernels"},
-            "metrics": {m: metric_values[m] for m in wanted}, "mig": None, "warnings": warnings}
+        result = {**header(pred, source, graph, "train", precision,
+                           f"{dev.spec.name}: spec sheet + NeuSight kernel prior, training step "
+                           "from forward kernels"),
+                  "metrics": {m: metric_values[m] for m in wanted}, "mig": None, "warnings": warnings}
         if pred.manifest.get("mig_gpu"):
             result["mig"] = mig_advice.advise(pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),
                                               lambda s: step_ms(s)[0])  # noqa: B023 (advise calls it before the loop moves on)

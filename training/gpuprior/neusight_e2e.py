@@ -286,6 +286,17 @@ def record(root: Path = REPO / "exported_models") -> list[str]:
     return changed
 
 
+def summary_table(by: dict[str, dict[str, float]]) -> list[str]:
+    """Markdown rows of a :func:`summary`, header included."""
+    lines = ["| device | labels | MAPE % | median error % | max abs error % |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for dev, s in by.items():
+        held = "" if dev in KERNEL_GPUS else " (no kernel rows)"
+        lines.append(f"| {dev}{held} | {s['n']} | {s['mape']:.1f} | {s['median_error']:+.1f} | "
+                     f"{s['max_abs']:.1f} |")
+    return lines
+
+
 def write_report(doc: dict[str, Any]) -> None:
     rows = doc["rows"]
     doc["summary"] = summary(rows)
@@ -300,12 +311,7 @@ def write_report(doc: dict[str, Any]) -> None:
              "Error = predicted / measured - 1. The prior's kernel rows come from "
              f"{', '.join(KERNEL_GPUS)} (single operators only); the H100, L4 and A100-SXM4 have "
              "no rows at all.\n",
-             "| device | labels | MAPE % | median error % | max abs error % |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for dev, s in doc["summary"].items():
-        held = "" if dev in KERNEL_GPUS else " (no kernel rows)"
-        lines.append(f"| {dev}{held} | {s['n']} | {s['mape']:.1f} | {s['median_error']:+.1f} | "
-                     f"{s['max_abs']:.1f} |")
+             *summary_table(doc["summary"])]
     lines += ["\n| device | model | batch | seq | measured ms | predicted ms | error % |",
               "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -318,12 +324,7 @@ def write_report(doc: dict[str, Any]) -> None:
               "model in train mode (dropout on) and `loss.backward()` separately, without an "
               "optimizer step; so the comparison is our forward against their forward and our "
               "loss + backward against their backward, the AdamW update shown beside.\n",
-              "| device | labels | MAPE % | median error % | max abs error % |",
-              "| --- | ---: | ---: | ---: | ---: |"]
-    for dev, s in doc["train_summary"].items():
-        held = "" if dev in KERNEL_GPUS else " (no kernel rows)"
-        lines.append(f"| {dev}{held} | {s['n']} | {s['mape']:.1f} | {s['median_error']:+.1f} | "
-                     f"{s['max_abs']:.1f} |")
+              *summary_table(doc["train_summary"])]
     lines += ["\n| device | model | batch | seq | measured fw / bw ms | predicted fw / bw ms | "
               "error (fw+bw) % | AdamW ms |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in doc["train_rows"]:
