@@ -50,10 +50,11 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
             source, batch=batch, input_shapes=input_shapes, dims=dims)
         _, scale = element_scale(graph, tc)
         weights, exact = memory.weight_bytes(model_proto(source), graph)
+        params = float(graph.globals["params_total"])  # distinct weights' elements
         fwd = map_graph(graph, itemsize_scale=scale)
         phases = {"forward": fwd, "loss": train_step.loss(graph, 4.0 * scale),
                   "backward": train_step.backward(fwd, 4.0 * scale),
-                  "optimizer": train_step.optimizer(weights)}
+                  "optimizer": train_step.optimizer(weights, params)}
 
         def step_ms(spec: Any, phases: dict[str, Any] = phases) -> tuple[float, dict[str, float]]:
             parts = {k: dev.latency_ms(kern, spec, tc, corrected=False)[0] for k, kern in phases.items()}
@@ -61,7 +62,7 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
 
         total, parts = step_ms(dev.spec)
         saved, largest = train_step.saved_activation_bytes(fwd, graph, 4.0 * scale)
-        mem_parts = train_step.memory_parts(weights, saved, largest,
+        mem_parts = train_step.memory_parts(weights, params, saved, largest,
                                             memory.workspace_bytes(graph, overhead["cublas_workspace_mib"]),
                                             float(overhead["cuda_context_mib"]))
         mem = round(sum(mem_parts.values()), 2)

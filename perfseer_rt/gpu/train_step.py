@@ -43,9 +43,9 @@ from perfseer_rt.gpu.kernels import Kernels
 from perfseer_rt.graph import PerfGraph
 
 MIB = float(2**20)
-#: AdamW traffic per fp32 parameter: read p, g, m, v; write p, m, v (bytes).
-ADAMW_BYTES_PER_PARAM = 28.0
-#: AdamW state per parameter: two fp32 moments (bytes).
+#: AdamW state per parameter: two fp32 moments (bytes); the update reads
+#: and writes both, reads the gradient and reads and writes the parameter
+#: (28 bytes per fp32 parameter in all).
 ADAMW_STATE_BYTES = 8.0
 OPTIMIZER = "AdamW (fused foreach, fp32 state)"
 STEP_MEANING = ("one training step, one stream: forward kernels + cross-entropy loss + the "
@@ -117,13 +117,13 @@ def loss(graph: PerfGraph, itemsize: float) -> Kernels:
     return out
 
 
-def optimizer(weight_bytes: float) -> Kernels:
-    """AdamW's update over ``weight_bytes`` of fp32 parameters: one
-    ``memory`` kernel (the fused multi-tensor apply)."""
-    params = weight_bytes / 4.0
+def optimizer(weight_bytes: float, params: float) -> Kernels:
+    """AdamW's update of ``params`` parameters stored in ``weight_bytes``
+    (gradients in the same dtype, fp32 moments): one ``memory`` kernel (the
+    fused multi-tensor apply)."""
     out = Kernels()
     out.shapes["memory"] = {"flops": np.array([10.0 * params]),
-                            "bytes": np.array([ADAMW_BYTES_PER_PARAM * params])}
+                            "bytes": np.array([3.0 * weight_bytes + 2.0 * ADAMW_STATE_BYTES * params])}
     out.nodes["memory"] = np.array([-1], np.int64)
     return out
 
@@ -137,11 +137,12 @@ def saved_activation_bytes(fwd: Kernels, graph: PerfGraph, itemsize: float) -> t
     return float(sizes.sum()), float(sizes.max())
 
 
-def memory_parts(weights: float, saved: float, largest: float, workspace: float,
+def memory_parts(weights: float, params: float, saved: float, largest: float, workspace: float,
                  context_mib: float) -> dict[str, Any]:
-    """Peak training memory's parts in MiB (``weights`` etc. in bytes)."""
+    """Peak training memory's parts in MiB (``weights``, ``saved``,
+    ``largest``, ``workspace`` in bytes; ``params`` a count)."""
     parts = {"weights": weights / MIB, "gradients": weights / MIB,
-             "optimizer_state": weights / 4.0 * ADAMW_STATE_BYTES / MIB,
+             "optimizer_state": params * ADAMW_STATE_BYTES / MIB,
              "activations": saved / MIB, "activation_gradient": largest / MIB,
              "workspace": workspace / MIB, "cuda_context": context_mib}
     return {k: round(v, 2) for k, v in parts.items()}
