@@ -90,3 +90,25 @@ def test_cli_train_mode_on_a_gpu(tfm_path):
     bad = CliRunner().invoke(main, ["predict", CNN, "--device", "h100", "--mode", "train",
                                     "--metrics", "latency_ms"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_fit_answers_the_largest_training_batch_that_fits(tfm_path):
+    from perfseer_rt.predict.budget import fit
+
+    ans = fit(tfm_path, "h100", max_memory_mb=3000, mode="train", max_value=4096)
+    assert ans["prediction"]["mode"] == "train" and ans["value"] is not None
+    at = ans["prediction"]["metrics"]["peak_mem_mb"]["value"]
+    nxt = ans["next"]["metrics"]["peak_mem_mb"]["value"]
+    assert at <= 3000 < nxt and ans["next"]["batch"] == ans["value"] + 1
+    # a training step needs more memory than inference: fewer samples fit
+    inf = fit(tfm_path, "h100", max_memory_mb=3000, max_value=4096)
+    assert inf["value"] is None or inf["value"] > ans["value"]
+
+
+def test_cli_check_reads_step_ms_in_train_mode(tfm_path):
+    ok = CliRunner().invoke(main, ["check", tfm_path, "--device", "h100", "--mode", "train",
+                                   "--max-latency-ms", "1e6", "--json"])
+    assert ok.exit_code == 0 and '"metric": "step_ms"' in ok.stdout.replace('":"', '": "')
+    slow = CliRunner().invoke(main, ["check", tfm_path, "--device", "h100", "--mode", "train",
+                                     "--max-latency-ms", "1e-6"])
+    assert slow.exit_code == 1 and "step_ms" in slow.stdout

@@ -99,6 +99,13 @@ _model_opt = click.option("--model", "model_name", default=None,
                           help="Which of the device's predictors (default: the most accurate).")
 
 
+_mode_opt = click.option(
+    "--mode", type=click.Choice(["inference", "train"]), default="inference", show_default=True,
+    help="inference: one inference call; train: one training step (forward, loss, backward, "
+         "optimizer update) with the device's training-step predictor (GPU-prior devices: "
+         "priced from their kernel prior, AdamW).")
+
+
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=False))
 @click.option("--batch", "batch", default=None, metavar="N[,N...]",
@@ -111,11 +118,7 @@ _model_opt = click.option("--model", "model_name", default=None,
 @click.option("--precision", type=click.Choice(["fp32", "fp16-tc", "bf16-tc"]), default=None,
               help="GPU-prior devices: fp32 (the data's, default) or fp16/bf16 scaled by the "
                    "tensor-core peak under a stated assumption.")
-@click.option("--mode", type=click.Choice(["inference", "train"]), default="inference",
-              show_default=True,
-              help="inference: one inference call; train: one training step (forward, loss, "
-                   "backward, optimizer update) with the device's training-step predictor "
-                   "(GPU-prior devices: priced from their kernel prior, AdamW).")
+@_mode_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
 def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
@@ -188,15 +191,17 @@ def _judged(c: dict[str, Any]) -> str:
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
 @input_opt
 @_model_opt
+@_mode_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def check(model: str, device: str | None, max_latency_ms: float | None, max_memory_mb: float | None,
-          batch: int | None, inputs: tuple[str, ...], model_name: str | None, as_json: bool) -> None:
+          batch: int | None, inputs: tuple[str, ...], model_name: str | None, mode: str,
+          as_json: bool) -> None:
     """Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input.
 
     A prediction with an interval is judged by its upper end."""
     verdict = do_check(model, device, max_latency_ms=max_latency_ms,
                        max_memory_mb=max_memory_mb, batch=batch,
-                       input_shapes=parse_input_shapes(inputs), predictor_model=model_name)
+                       input_shapes=parse_input_shapes(inputs), predictor_model=model_name, mode=mode)
     if as_json:
         emit_json(verdict)
     else:
@@ -223,16 +228,17 @@ def check(model: str, device: str | None, max_latency_ms: float | None, max_memo
 @click.option("--max-value", type=click.IntRange(min=1), default=1 << 16, show_default=True,
               help="Largest value to try.")
 @_model_opt
+@_mode_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 def fit(model: str, device: str | None, max_memory_mb: float, max_latency_ms: float | None,
-        dim: str | None, batch: int | None, max_value: int, model_name: str | None,
+        dim: str | None, batch: int | None, max_value: int, model_name: str | None, mode: str,
         as_json: bool) -> None:
     """The largest batch (or --dim value) of MODEL within budget on a device.
 
     Judged by the upper end of each prediction's interval when there is one.
     Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
     ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
-                 dim=dim, batch=batch, predictor_model=model_name, max_value=max_value)
+                 dim=dim, batch=batch, predictor_model=model_name, max_value=max_value, mode=mode)
     if as_json:
         emit_json(ans)
     else:

@@ -19,9 +19,10 @@ from typing import Any
 import onnx
 
 from perfseer_rt.errors import MetricError, ModelLoadError, PerfSeerError, ShapeError
+from perfseer_rt.gpu.predict_train import TRAIN_METRICS
 from perfseer_rt.graph.extract import extract
 from perfseer_rt.predict.api import predict
-from perfseer_rt.predict.registry import get_predictor
+from perfseer_rt.predict.train_mode import predictor_for
 
 #: The largest value :func:`fit` tries (2**16).
 FIT_MAX = 1 << 16
@@ -44,10 +45,19 @@ def judged_by(metric: dict[str, Any]) -> str:
     return BY_INTERVAL if metric.get("interval") else BY_VALUE
 
 
+def _metrics(device: str | None, mode: str) -> tuple[list[str], str]:
+    """(the metrics ``mode`` on ``device`` predicts, the one a latency budget
+    reads: ``latency_ms`` for inference, ``step_ms`` for a training step)."""
+    pred = predictor_for(device, mode)
+    if mode == "train":
+        return (list(TRAIN_METRICS) if pred.kind == "gpu-prior" else pred.metrics), "step_ms"
+    return pred.metrics, "latency_ms"
+
+
 def _limits(max_latency_ms: float | None, max_memory_mb: float | None,
-            pred_metrics: list[str]) -> dict[str, float]:
+            pred_metrics: list[str], time_metric: str = "latency_ms") -> dict[str, float]:
     limits = {}
-    for metric, limit, flag in (("latency_ms", max_latency_ms, "--max-latency-ms"),
+    for metric, limit, flag in ((time_metric, max_latency_ms, "--max-latency-ms"),
                                 (_mem_metric(pred_metrics), max_memory_mb, "--max-memory-mb")):
         if limit is None:
             continue
@@ -55,7 +65,7 @@ def _limits(max_latency_ms: float | None, max_memory_mb: float | None,
             raise PerfSeerError(f"{flag} {limit!r}: expected a positive number")
         if metric not in pred_metrics:
             raise MetricError(f"{flag}: this device's predictor does not predict "
-                              f"{'memory' if metric != 'latency_ms' else 'latency'}; it "
+                              f"{'memory' if metric != time_metric else 'latency'}; it "
                               f"predicts {', '.join(pred_metrics)}")
         limits[metric] = float(limit)
     if not limits:
@@ -81,8 +91,10 @@ def judge(result: dict[str, Any], limits: dict[str, float]) -> list[dict[str, An
 
 def check(model: Any, device: str | None = None, *, max_latency_ms: float | None = None,
           max_memory_mb: float | None = None, batch: int | None = None,
-          input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None) -> dict[str, Any]:
-    """Does ``model`` meet the budget on ``device``?
+          input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None,
+          mode: str = "inference") -> dict[str, Any]:
+    """Does ``model`` meet the budget on ``device``? ``mode="train"``: one
+    training step (the latency budget then reads ``step_ms``).
 
     Returns ``{"ok": bool, "checks": [...], "prediction": result}``; ``ok`` is
     True when every given limit holds for the upper end of the prediction's
@@ -92,10 +104,9 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
         PerfSeerError: no limit given, a limit not positive, a metric the
         device does not predict, or any bad model / device as in ``predict``.
     """
-    pred = get_predictor(device)
-    limits = _limits(max_latency_ms, max_memory_mb, pred.metrics)
+    limits = _limits(max_latency_ms, max_memory_mb, *_metrics(device, mode))
     [result] = predict([model], batch=batch, device=device, input_shapes=input_shapes,
-                       model=predictor_model)
+                       model=predictor_model, mode=mode)
     checks = judge(result, limits)
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 
@@ -137,8 +148,9 @@ def dim_shapes(model: str | os.PathLike[str], dim: str, value: int, batch: int |
 def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_mb: float,
         max_latency_ms: float | None = None, dim: str | None = None,
         batch: int | None = None, predictor_model: str | None = None,
-        max_value: int = FIT_MAX) -> dict[str, Any]:
-    """The largest batch (or value of input dim ``dim``) within budget.
+        max_value: int = FIT_MAX, mode: str = "inference") -> dict[str, Any]:
+    """The largest batch (or value of input dim ``dim``) within budget
+    (``mode="train"``: of one training step, as :func:`check`).
 
     Tries 1, 2, 4, ... until a value breaks the budget (or ``max_value``), then
     bisects between the last that held and the first that broke; each value
@@ -154,8 +166,7 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
     on a GPU with MIG tables, ``prediction["mig"]`` names the smallest slice
     holding the answer's memory.
     """
-    pred = get_predictor(device)
-    limits = _limits(max_latency_ms, max_memory_mb, pred.metrics)
+    limits = _limits(max_latency_ms, max_memory_mb, *_metrics(device, mode))
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
     tried: dict[int, tuple[bool, dict[str, Any]]] = {}
@@ -166,7 +177,7 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
                 g = extract(model, batch=value)
             else:
                 g = extract(model, input_shapes=dim_shapes(model, dim, value, batch))
-            [r] = predict([g], device=device, model=predictor_model)
+            [r] = predict([g], device=device, model=predictor_model, mode=mode)
             r["model"] = os.fspath(model) if isinstance(model, (str, os.PathLike)) \
                 else "<in-memory>"
             tried[value] = (all(c["ok"] for c in judge(r, limits)), r)
