@@ -11,7 +11,8 @@ from perfseer_rt.cli import main
 from perfseer_rt.errors import DeviceError, MetricError
 from perfseer_rt.gpu import train_step
 from perfseer_rt.gpu.kernels import map_graph
-from perfseer_rt.predict import api
+from perfseer_rt.gpu.calibrate import Correction
+from perfseer_rt.predict import api, registry
 from tests.gpu_models import transformer
 
 CNN = "examples/resnet18.onnx"
@@ -39,16 +40,23 @@ def test_each_gemm_gets_its_two_gradient_gemms(tfm_path):
     assert bwd.shapes["elem"]["binary"].min() == 1.0
 
 
-@pytest.mark.parametrize("device", ["h100", "t4"])
+@pytest.mark.parametrize("device", ["h100", "v100"])  # uncalibrated, calibrated
 def test_a_training_step_adds_its_phases_and_its_memory_parts(tfm_path, device):
     (inf,) = api.predict(tfm_path, batch=8, device=device)
     (r,) = api.predict(tfm_path, batch=8, device=device, mode="train")
     assert r["mode"] == "train" and set(r["metrics"]) == {"step_ms", "peak_mem_mb"}
     step = r["metrics"]["step_ms"]
     assert set(step["parts"]) == {"forward", "loss", "backward", "optimizer"}
-    assert step["value"] == pytest.approx(sum(step["parts"].values()), abs=1e-3)
-    # the forward phase is the inference prediction (no calibration on these entries)
-    assert step["parts"]["forward"] == pytest.approx(inf["metrics"]["latency_ms"]["value"], abs=1e-3)
+    # the parts are the prior's; the value carries the entry's calibration, as in inference
+    cal = registry.get_predictor(device).manifest["calibration"]
+    prior = sum(step["parts"].values())
+    scaled = Correction(**cal).apply(prior) if cal else prior
+    assert step["value"] == pytest.approx(float(scaled), abs=1e-3)
+    assert (cal is None) == ("calibration" not in step["meaning"])
+    lat = inf["metrics"]["latency_ms"]
+    assert step["parts"]["forward"] == pytest.approx(sum(lat["parts"].values()), abs=1e-3)
+    assert lat["value"] == pytest.approx(float(Correction(**cal).apply(sum(lat["parts"].values())))
+                                         if cal else sum(lat["parts"].values()), abs=1e-3)
     assert step["parts"]["backward"] > 1.5 * step["parts"]["forward"]
     mem = r["metrics"]["peak_mem_mb"]
     parts = mem["parts"]

@@ -78,3 +78,29 @@ def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
         # predictions are rounded to 1e-4 ms: -P1 + 2 P2 and the full one carry 2e-4 at most
         assert E.predicted(paths, 3, device, batch=4, seq=64)["total"] == pytest.approx(whole, abs=2e-4)
         assert whole > E.predicted({2: paths[2]}, 2, device, batch=4, seq=64)["total"]
+
+
+def test_leave_one_model_out_recovers_a_pure_scale_and_sees_a_model_apart():
+    rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p}
+            for m, ps in (("a", (10.0, 20.0)), ("b", (5.0, 50.0)), ("c", (7.0, 70.0))) for p in ps]
+    c = E.lomo_scale(rows)
+    assert c["scale"] == pytest.approx(0.5) and c["mape"] == pytest.approx(0.0, abs=1e-9)
+    assert c["uncalibrated_mape"] == pytest.approx(100.0)
+    rows[0]["e2e_ms"] = rows[1]["e2e_ms"] = 0.25 * 20.0  # model "a" runs at another scale...
+    rows[0]["e2e_ms"] = 0.25 * 10.0
+    # ...which a scale fitted on "b" and "c" alone cannot know: its two labels miss by 100 %
+    assert E.lomo_scale(rows)["max_abs"] > 99.0
+
+
+def test_shipped_calibrations_follow_the_registered_plan():
+    doc = json.loads((E.OUT / "neusight_e2e.json").read_text())
+    assert set(doc["calibrations"]) <= set(E.KERNEL_GPUS)
+    for dev in E.DEVICES.values():
+        path = ROOT / "exported_models" / dev / "manifest.json"
+        m = json.loads(path.read_text())
+        cal, source = E.calibration_of(dev)
+        assert m["calibration"] == cal and m["calibration_source"] == source
+        c = doc["calibrations"].get(dev)
+        assert (cal is not None) == bool(c and c["mape"] < c["uncalibrated_mape"])
+    for dev in ("h100", "l4"):  # the zero-shot check stays uncalibrated
+        assert json.loads((ROOT / "exported_models" / dev / "manifest.json").read_text())["calibration"] is None

@@ -161,7 +161,8 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
                        + ("); whole-model check: MAPE {mape:.1f} % (median {median_error:+.1f} %) "
                           "on {labels} transformer latencies measured by others ({source})".format(**whole)
                           if whole else "); no whole-model GPU labels for this GPU validate the sum")
-                       + ("; calibrated on our records" if dev.correction else ""))
+                       + (f"; the parts are the prior's, the value is scaled by the entry's calibration "
+                          f"({dev.calibration_source})" if dev.correction else ""))
         metric_values = {
             "latency_ms": {"value": round(lat, 4), "unit": "ms", "interval": None,
                            "coverage": None, "meaning": lat_meaning,

@@ -57,8 +57,10 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
                   "optimizer": train_step.optimizer(weights, params)}
 
         def step_ms(spec: Any, phases: dict[str, Any] = phases) -> tuple[float, dict[str, float]]:
+            """The step's ms (with the entry's calibration) and the prior's ms per phase."""
             parts = {k: dev.latency_ms(kern, spec, tc, corrected=False)[0] for k, kern in phases.items()}
-            return sum(parts.values()), parts
+            total = sum(parts.values())
+            return (float(dev.correction.apply(total)) if dev.correction else total), parts
 
         total, parts = step_ms(dev.spec)
         saved, largest = train_step.saved_activation_bytes(fwd, graph, 4.0 * scale)
@@ -69,11 +71,11 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
         warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + fwd.notes
         if not exact:
             warnings.append("weights from the PerfGraph: a shared initializer counts once per use")
-        if dev.correction is not None:
-            warnings.append("the entry's calibration was fitted on inference: not applied to a training step")
         metric_values = {
             "step_ms": {"value": round(total, 4), "unit": "ms", "interval": None, "coverage": None,
-                        "meaning": train_step.STEP_MEANING + f"; optimizer {train_step.OPTIMIZER}",
+                        "meaning": train_step.STEP_MEANING + f"; optimizer {train_step.OPTIMIZER}"
+                        + ("; the parts are the prior's, the value is scaled by the entry's calibration "
+                           f"({dev.calibration_source})" if dev.correction else ""),
                         "parts": {k: round(v, 4) for k, v in parts.items()}},
             "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
                             "meaning": train_step.MEM_MEANING, "parts": mem_parts}}

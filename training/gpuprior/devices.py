@@ -16,7 +16,7 @@ from perfseer_rt.gpu.prior import PROVENANCE
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from training.gpuprior.neusight_e2e import whole_model_accuracy
+from training.gpuprior.neusight_e2e import calibration_of, whole_model_accuracy
 
 #: NVIDIA H200 (SXM) from NVIDIA's H200 Tensor Core GPU datasheet
 #: (nvidia.com/en-us/data-center/h200): 141 GB HBM3e, 4.8 TB/s, FP32 67
@@ -77,6 +77,7 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
         whole = whole_model_accuracy(name)
         if whole is not None:  # the last whole-model check (training/gpuprior/neusight_e2e.py)
             accuracy["whole_model"] = whole
+        calibration, calibration_source = calibration_of(name)  # the last whole-model check's plan
         manifest = {
             "format": "perfseer-rt-predictor/1", "kind": "gpu-prior", "version": version,
             "device": {"name": name, "description": f"{sheet} (spec sheet + public kernel prior)"},
@@ -92,8 +93,8 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
             "kernel_launch_ms": KERNEL_LAUNCH_MS,
             "memory_overhead": {"cuda_context_mib": CUDA_CONTEXT_MIB,
                                 "cublas_workspace_mib": CUBLAS_WORKSPACE_MIB},
-            "assumptions": ASSUMPTIONS, "accuracy": accuracy, "calibration": None,
-            "calibration_source": None,
+            "assumptions": ASSUMPTIONS, "accuracy": accuracy,
+            "calibration": calibration, "calibration_source": calibration_source,
             "training_data": {"configurations": sum(f["rows"] for f in prior_doc["families"].values())},
         }
         (root / name).mkdir(parents=True, exist_ok=True)
