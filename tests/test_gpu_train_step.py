@@ -10,8 +10,8 @@ from perfseer_rt import extract
 from perfseer_rt.cli import main
 from perfseer_rt.errors import DeviceError, MetricError
 from perfseer_rt.gpu import train_step
-from perfseer_rt.gpu.kernels import map_graph
 from perfseer_rt.gpu.calibrate import Correction
+from perfseer_rt.gpu.kernels import map_graph
 from perfseer_rt.predict import api, registry
 from tests.gpu_models import transformer
 
