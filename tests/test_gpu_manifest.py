@@ -73,8 +73,8 @@ def test_a_mistyped_field_is_an_error_naming_it(doc):
 
 def test_a_calibration_block_is_typed(doc):
     doc["calibration"] = {"alpha": 0.1, "beta": 1.0, "pairs": 5, "mape_before": 20.0,
-                          "mape_after": 5.0}
-    assert parse_gpu_prior(doc).calibration == Correction(0.1, 1.0, 5, 20.0, 5.0)
+                          "mape_after": 5.0, "families": ["linear", "bmm"]}
+    assert parse_gpu_prior(doc).calibration == Correction(0.1, 1.0, 5, 20.0, 5.0, ("linear", "bmm"))
     doc["calibration"]["extra"] = 1
     with pytest.raises(ManifestError, match=r"calibration\.extra is not in schema"):
         parse_gpu_prior(doc)

@@ -131,6 +131,25 @@ def test_correction_recovers_a_scale_and_slope():
     assert few.beta == 1.0 and few.alpha == pytest.approx(math.log(2))
 
 
+def test_a_correction_scales_only_the_families_its_pairs_held():
+    c = fit_correction([1.0, 2.0, 4.0], [0.5, 1.0, 2.0], ("linear", "bmm"))
+    assert c.families == ("linear", "bmm")
+    assert c.total({"linear": 6.0, "bmm": 4.0, "conv": 3.0}) == pytest.approx(0.5 * 10.0 + 3.0)
+    assert c.total({"conv": 3.0}) == pytest.approx(3.0)
+    assert fit_correction([1.0, 2.0, 4.0], [2.0, 4.0, 8.0]).total({"conv": 3.0}) == pytest.approx(6.0)
+
+
+def test_a_shipped_transformer_calibration_leaves_convolutions_to_the_prior():
+    cal = registry.get_predictor("v100").manifest["calibration"]
+    assert cal is not None and "conv" not in cal["families"] and "linear" in cal["families"]
+    (r,) = api.predict(CNN, batch=8, device="v100")
+    lat = r["metrics"]["latency_ms"]
+    scale = math.exp(cal["alpha"])
+    conv = lat["parts"]["conv"]
+    assert conv > 0 and lat["value"] == pytest.approx(scale * (sum(lat["parts"].values()) - conv) + conv,
+                                                      abs=1e-3)
+
+
 @pytest.mark.parametrize("pred,meas", [([1, 2], [1, 2]), ([1, 2, 3], [1, 2]), ([1, 2, -3], [1, 2, 3])])
 def test_correction_refuses_bad_pairs(pred, meas):
     with pytest.raises(PerfSeerError):

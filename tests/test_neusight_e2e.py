@@ -81,10 +81,11 @@ def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
 
 
 def test_leave_one_model_out_recovers_a_pure_scale_and_sees_a_model_apart():
-    rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p}
+    rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p, "families": ["linear"]}
             for m, ps in (("a", (10.0, 20.0)), ("b", (5.0, 50.0)), ("c", (7.0, 70.0))) for p in ps]
     c = E.lomo_scale(rows)
     assert c["scale"] == pytest.approx(0.5) and c["mape"] == pytest.approx(0.0, abs=1e-9)
+    assert c["correction"]["families"] == ("linear",)
     assert c["uncalibrated_mape"] == pytest.approx(100.0)
     rows[0]["e2e_ms"] = rows[1]["e2e_ms"] = 0.25 * 20.0  # model "a" runs at another scale...
     rows[0]["e2e_ms"] = 0.25 * 10.0

@@ -1,10 +1,12 @@
 """Per-device correction of the prior from (predicted, measured) pairs.
 
-Once our own GPU records exist for a device, its prior entry calibrates on
-them: ``log(measured) = alpha + beta * log(predicted)`` by least squares
+A prior entry calibrates on whole-model or kernel latencies:
+``log(measured) = alpha + beta * log(predicted)`` by least squares
 (``beta`` fixed to 1, a pure scale, below :data:`MIN_PAIRS_FOR_SLOPE`
-pairs), stored in the device manifest as ``calibration`` and applied to
-every latency the prior predicts. Pairs can be kernels or whole models.
+pairs), stored in the device manifest as ``calibration``. It applies to the
+kernels of the families its pairs held (``families``): a prediction's time
+in those families is corrected, its time in others keeps the prior's (a
+scale fitted on transformers says nothing of convolutions).
 """
 
 from __future__ import annotations
@@ -32,17 +34,32 @@ class Correction:
     #: MAPE (%) of the prior and of the corrected prior on the fitting pairs.
     mape_before: float
     mape_after: float
+    #: The kernel families the fitting pairs held (``KERNEL_FAMILIES`` names).
+    families: tuple[str, ...]
 
     def apply(self, predicted_ms: np.ndarray | float) -> np.ndarray:
         p = np.maximum(np.asarray(predicted_ms, np.float64), 1e-12)
         return np.exp(self.alpha + self.beta * np.log(p))
 
+    def total(self, family_ms: dict[str, float]) -> float:
+        """A prediction's corrected ms from its prior ms per kernel family:
+        the covered families' sum corrected, the others' added as they are."""
+        covered = sum(v for k, v in family_ms.items() if k in self.families)
+        rest = sum(v for k, v in family_ms.items() if k not in self.families)
+        return (float(self.apply(covered)) if covered > 0 else 0.0) + rest
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def fit_correction(predicted_ms: Any, measured_ms: Any) -> Correction:
-    """Fit a correction from paired latencies (ms, both > 0).
+#: Every kernel family the prior prices (:mod:`perfseer_rt.gpu.kernels`).
+KERNEL_FAMILIES = ("linear", "bmm", "conv", "elem", "ln", "softmax", "memory")
+
+
+def fit_correction(predicted_ms: Any, measured_ms: Any,
+                   families: tuple[str, ...] = KERNEL_FAMILIES) -> Correction:
+    """Fit a correction from paired latencies (ms, both > 0) whose kernels
+    were of ``families``.
 
     Raises:
         PerfSeerError: fewer than 3 pairs, mismatched lengths, or
@@ -61,9 +78,9 @@ def fit_correction(predicted_ms: Any, measured_ms: Any) -> Correction:
         beta, alpha = np.polyfit(lp, lm, 1)
     else:
         beta, alpha = 1.0, float(np.mean(lm - lp))
-    corr = Correction(float(alpha), float(beta), int(p.size), mape(p, m), 0.0)
+    corr = Correction(float(alpha), float(beta), int(p.size), mape(p, m), 0.0, tuple(families))
     return Correction(corr.alpha, corr.beta, corr.pairs, corr.mape_before,
-                      mape(corr.apply(p), m))
+                      mape(corr.apply(p), m), corr.families)
 
 
 def write_calibration(manifest_path: str | os.PathLike[str], correction: Correction,

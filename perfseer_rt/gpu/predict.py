@@ -72,7 +72,7 @@ class GpuPriorDevice:
             parts[fam] = float(self.prior.kernel_ms(fam, shape, arr, self.launch_ms).sum())
         total = sum(parts.values())
         if corrected and self.correction is not None:
-            total = float(self.correction.apply(total))
+            total = self.correction.total(parts)
         return total, parts
 
 

@@ -58,9 +58,14 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
 
         def step_ms(spec: Any, phases: dict[str, Any] = phases) -> tuple[float, dict[str, float]]:
             """The step's ms (with the entry's calibration) and the prior's ms per phase."""
-            parts = {k: dev.latency_ms(kern, spec, tc, corrected=False)[0] for k, kern in phases.items()}
-            total = sum(parts.values())
-            return (float(dev.correction.apply(total)) if dev.correction else total), parts
+            by_phase = {k: dev.latency_ms(kern, spec, tc, corrected=False) for k, kern in phases.items()}
+            parts = {k: ms for k, (ms, _) in by_phase.items()}
+            by_family: dict[str, float] = {}
+            for _, fams in by_phase.values():
+                for fam, ms in fams.items():
+                    by_family[fam] = by_family.get(fam, 0.0) + ms
+            total = dev.correction.total(by_family) if dev.correction else sum(parts.values())
+            return total, parts
 
         total, parts = step_ms(dev.spec)
         saved, largest = train_step.saved_activation_bytes(fwd, graph, 4.0 * scale)

@@ -190,13 +190,14 @@ def predicted(paths: dict[int, Path], layers: int, device: str, batch: int, seq:
     def parts(p: Path) -> dict[str, float]:
         (r,) = api.predict(str(p), batch=batch, dims={"seq": seq}, device=device, mode=mode)
         if mode == "inference":  # the prior's own: the parts come before any calibration
-            return {"total": float(sum(r["metrics"]["latency_ms"]["parts"].values()))}
+            fam = r["metrics"]["latency_ms"]["parts"]
+            return {"total": float(sum(fam.values())), **{f"family:{k}": float(v) for k, v in fam.items()}}
         return {k: float(v) for k, v in r["metrics"]["step_ms"]["parts"].items()}
 
     if layers in paths:
         return parts(paths[layers])
     p1, p2 = parts(paths[1]), parts(paths[2])
-    return {k: p1[k] + (layers - 1) * (p2[k] - p1[k]) for k in p1}
+    return {k: p1.get(k, 0.0) + (layers - 1) * (p2.get(k, 0.0) - p1.get(k, 0.0)) for k in {**p1, **p2}}
 
 
 def _exports(rows: list[dict[str, Any]], tmp: Path, mode: str, full: tuple[str, ...] = ()
@@ -228,10 +229,13 @@ def check(tmp: Path, full: tuple[str, ...] = ("bert_large", "gpt2_large")) -> di
     keep = ("gpu", "device", "model", "seq", "batch", "num_layer", "e2e_ms", "source")
     out = []
     for r in tqdm(rows, desc="predictions (inference)"):
-        pred = predicted({k: paths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
-                         r["batch"], r["seq"])["total"]
+        p = predicted({k: paths[r["model"]][k] for k in (1, 2)}, r["num_layer"], r["device"],
+                      r["batch"], r["seq"])
+        pred = p["total"]
         out.append({**{k: r[k] for k in keep},
-                    "predicted_ms": round(pred, 3), "error": round(pred / r["e2e_ms"] - 1, 4)})
+                    "predicted_ms": round(pred, 3), "error": round(pred / r["e2e_ms"] - 1, 4),
+                    "families": sorted(k.split(":", 1)[1] for k, v in p.items()
+                                       if k.startswith("family:") and v > 0)})
     train = [r for r in labels if r["mode"] == "train"]
     tpaths = _exports(train, tmp, "train")
     tout = []
@@ -257,15 +261,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def lomo_scale(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Leave-one-model-out check of a pure-scale calibration on one device's
-    inference rows (``predicted_ms``, ``e2e_ms``): per held-out model a scale
-    fitted on the other models' labels (:func:`fit_correction`)."""
+    inference rows (``predicted_ms``, ``e2e_ms``, ``families``: the kernel
+    families of the prediction): per held-out model a scale fitted on the
+    other models' labels (:func:`fit_correction`), covering the families
+    the rows hold."""
     errors = []
+    families = tuple(sorted({f for r in rows for f in r["families"]}))
     for model in sorted({r["model"] for r in rows}):
         fit_on = [r for r in rows if r["model"] != model]
-        corr = fit_correction([r["predicted_ms"] for r in fit_on], [r["e2e_ms"] for r in fit_on])
+        corr = fit_correction([r["predicted_ms"] for r in fit_on], [r["e2e_ms"] for r in fit_on], families)
         errors += [float(corr.apply(r["predicted_ms"])) / r["e2e_ms"] - 1 for r in rows if r["model"] == model]
     e = np.array(errors)
-    full = fit_correction([r["predicted_ms"] for r in rows], [r["e2e_ms"] for r in rows])
+    full = fit_correction([r["predicted_ms"] for r in rows], [r["e2e_ms"] for r in rows], families)
     return {"n": len(e), "mape": float(np.mean(np.abs(e)) * 100), "median_error": float(np.median(e) * 100),
             "max_abs": float(np.max(np.abs(e)) * 100), "uncalibrated_mape": full.mape_before,
             "scale": float(np.exp(full.alpha)), "correction": full.to_dict()}
