@@ -95,6 +95,28 @@ def test_check_gives_the_python_verdict(server):
     assert all(c["judged_by"] in ("interval_upper", "value") for c in doc["checks"])
 
 
+def test_a_gpu_training_step_over_http(server):
+    """?mode=train on a GPU-prior device answers what predict(mode="train")
+    answers, memory by part; an unknown mode is a 4xx with the CLI's line."""
+    import perfseer_rt
+
+    resp = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx", "batch": 16,
+                                                          "device": "h100", "mode": "train"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    (doc,) = resp.json()
+    local = perfseer_rt.predict.predict(str(EXAMPLE), batch=16, device="h100", mode="train")[0]
+    assert doc["mode"] == "train" and doc["metrics"]["step_ms"] == local["metrics"]["step_ms"]
+    assert "optimizer_state" in doc["metrics"]["peak_mem_mb"]["parts"]
+    verdict = httpx.post(server["url"] + "/check", params={"path": "sub/resnet18.onnx", "batch": 16,
+                                                           "device": "h100", "mode": "train",
+                                                           "max_latency_ms": 1e6}, timeout=60).json()
+    assert verdict["ok"] and verdict["checks"][0]["metric"] == "step_ms"
+    bad = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx", "mode": "fly"},
+                     timeout=60)
+    assert 400 <= bad.status_code < 500 and "fly" in bad.json()["error"]
+    no_traceback(bad)
+
+
 def test_path_inside_the_model_folder(server):
     resp = httpx.post(server["url"] + "/predict", params={"path": "sub/resnet18.onnx"},
                       timeout=60)

@@ -5,9 +5,10 @@ Endpoints (OpenAPI page at ``/docs``, schema at ``/openapi.json``):
 - ``POST /predict``: an ONNX model as the raw request body
   (``Content-Type: application/octet-stream``), or ``?path=`` naming a file
   under the configured model folder; query ``batch`` (``8`` or ``1,8,32``),
-  ``device``, ``metrics``, ``model``. Answers the same JSON list as
+  ``device``, ``metrics``, ``model``, ``mode`` (``inference`` or ``train``),
+  ``precision`` (GPU-prior devices). Answers the same JSON list as
   ``perfseer-rt predict --json`` (:mod:`perfseer_rt.serve.schema`).
-- ``POST /check``: the same inputs plus ``max_latency_ms`` / ``max_memory_mb``;
+- ``POST /check``: the same inputs (but ``precision``) plus ``max_latency_ms`` / ``max_memory_mb``;
   the verdict of :func:`perfseer_rt.predict.check`.
 - ``GET /devices``: the shipped predictors (``perfseer-rt devices --json``).
 - ``GET /healthz``: the process answers. ``GET /readyz``: predictors load and
@@ -45,6 +46,7 @@ from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.explain import device_rows
 from perfseer_rt.predict.many import parse_batches
 from perfseer_rt.predict.registry import Predictor, get_predictor, predictors
+from perfseer_rt.predict.train_mode import predictor_for
 from perfseer_rt.serve.schema import CheckVerdict, DeviceRow, ErrorBody, Result
 
 log = logging.getLogger("perfseer_rt.serve")
@@ -115,11 +117,14 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
 
 
 def _predict(source: str | bytes, name: str, batches: list[int | None], device: str | None,
-             metrics: str | None, model: str | None) -> list[dict[str, Any]]:
+             metrics: str | None, model: str | None, mode: str = "inference",
+             precision: str | None = None) -> list[dict[str, Any]]:
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     with named_errors(source, name):
+        predictor_for(device, mode)  # an unknown device or mode fails before any extraction
         graphs = [extract(source, batch=b) for b in batches]
-    results = predict(graphs, device=device, metrics=wanted, model=model)
+    results = predict(graphs, device=device, metrics=wanted, model=model, mode=mode,
+                      precision=precision)
     for r in results:
         r["model"] = name
     return results
@@ -134,6 +139,11 @@ def named_errors(source: str | bytes, name: str) -> Iterator[None]:
     except PerfSeerError as exc:
         own = "<bytes>" if isinstance(source, bytes) else str(source)
         raise type(exc)(str(exc).replace(own, name)) from None
+
+
+MODE_DOC = ("inference (default) or train: one training step (step_ms, memory by part; "
+            "GPU-prior devices price it from their kernel prior)")
+PRECISION_DOC = "GPU-prior devices: fp32 (default), fp16-tc or bf16-tc (a stated assumption)"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -202,18 +212,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                       model: str | None = Query(None, description="which of the device's "
                                                 "predictors"),
                       name: str | None = Query(None, description="the upload's name in "
-                                               "the answer")) -> Any:
+                                               "the answer"),
+                      mode: str = Query("inference", description=MODE_DOC),
+                      precision: str | None = Query(None, description=PRECISION_DOC)) -> Any:
         """Predict the metrics of one ONNX model at one or more batch sizes."""
         batches = parse_batches(batch)
         source, label = await source_of(request, path)
-        return await guarded(_predict, source, label, batches, device, metrics, model)
+        return await guarded(_predict, source, label, batches, device, metrics, model, mode, precision)
 
     @app.post("/check", response_model=CheckVerdict, responses=errors,
               openapi_extra=body_doc)
     async def check(request: Request, path: str | None = None, batch: int | None = None,
                     device: str | None = None, max_latency_ms: float | None = None,
                     max_memory_mb: float | None = None, model: str | None = None,
-                    name: str | None = None) -> Any:
+                    name: str | None = None,
+                    mode: str = Query("inference", description=MODE_DOC)) -> Any:
         """Does the model meet the budget (judged by the interval's upper end)?"""
         source, label = await source_of(request, path)
 
@@ -221,7 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             with named_errors(source, label):
                 verdict = do_check(source, device, max_latency_ms=max_latency_ms,
                                    max_memory_mb=max_memory_mb, batch=batch,
-                                   predictor_model=model)
+                                   predictor_model=model, mode=mode)
             verdict["prediction"]["model"] = label
             return verdict
 
