@@ -136,6 +136,9 @@ def test_a_correction_scales_only_the_families_its_pairs_held():
     assert c.families == ("linear", "bmm")
     assert c.total({"linear": 6.0, "bmm": 4.0, "conv": 3.0}) == pytest.approx(0.5 * 10.0 + 3.0)
     assert c.total({"conv": 3.0}) == pytest.approx(3.0)
+    # launch overhead is not kernel time: it stays as the prior has it
+    assert c.total({"linear": 6.0, "conv": 3.0}, {"linear": 2.0, "conv": 1.0}) == pytest.approx(
+        0.5 * 4.0 + 2.0 + 3.0)
     assert fit_correction([1.0, 2.0, 4.0], [2.0, 4.0, 8.0]).total({"conv": 3.0}) == pytest.approx(6.0)
 
 
@@ -146,8 +149,12 @@ def test_a_shipped_transformer_calibration_leaves_convolutions_to_the_prior():
     lat = r["metrics"]["latency_ms"]
     scale = math.exp(cal["alpha"])
     conv = lat["parts"]["conv"]
-    assert conv > 0 and lat["value"] == pytest.approx(scale * (sum(lat["parts"].values()) - conv) + conv,
-                                                      abs=1e-3)
+    kernels = map_graph(extract(CNN, batch=8))
+    launch = registry.get_predictor("v100").manifest["kernel_launch_ms"]
+    fixed = launch * sum(len(n) for f, n in kernels.nodes.items() if f != "conv")
+    assert lat["launch_overhead_ms"] == pytest.approx(launch * kernels.count, abs=1e-3)
+    covered = sum(lat["parts"].values()) - conv
+    assert conv > 0 and lat["value"] == pytest.approx(scale * (covered - fixed) + fixed + conv, abs=1e-3)
 
 
 @pytest.mark.parametrize("pred,meas", [([1, 2], [1, 2]), ([1, 2, 3], [1, 2]), ([1, 2, -3], [1, 2, 3])])
@@ -254,5 +261,6 @@ def test_a_calibration_in_the_entry_corrects_its_latency(tmp_path, monkeypatch, 
     finally:
         registry.predictors.cache_clear()
     v0, v1 = (r["metrics"]["latency_ms"]["value"] for r in (before, after))
-    assert v1 == pytest.approx(1.5 * v0, rel=1e-3)
+    launch = before["metrics"]["latency_ms"]["launch_overhead_ms"]  # not kernel time: not scaled
+    assert 0 < launch < v0 and v1 == pytest.approx(1.5 * (v0 - launch) + launch, rel=1e-3)
     assert "calibrated" in after["predictor"]["description"]

@@ -48,15 +48,22 @@ def test_a_training_step_adds_its_phases_and_its_memory_parts(tfm_path, device):
     step = r["metrics"]["step_ms"]
     assert set(step["parts"]) == {"forward", "loss", "backward", "optimizer"}
     # the parts are the prior's; the value carries the entry's calibration, as in inference
+    # (the test transformer has no conv: a calibration covers all its kernels, not their launches)
     cal = registry.get_predictor(device).manifest["calibration"]
-    prior = sum(step["parts"].values())
-    scaled = Correction(**cal).apply(prior) if cal else prior
-    assert step["value"] == pytest.approx(float(scaled), abs=1e-3)
+
+    def shipped(prior: float, launches: float) -> float:
+        return float(Correction(**cal).apply(prior - launches)) + launches if cal else prior
+
+    launches = step["launch_overhead_ms"]
+    assert set(launches) == set(step["parts"])
+    assert step["value"] == pytest.approx(shipped(sum(step["parts"].values()), sum(launches.values())),
+                                          abs=1e-3)
     assert (cal is None) == ("calibration" not in step["meaning"])
     lat = inf["metrics"]["latency_ms"]
     assert step["parts"]["forward"] == pytest.approx(sum(lat["parts"].values()), abs=1e-3)
-    assert lat["value"] == pytest.approx(float(Correction(**cal).apply(sum(lat["parts"].values())))
-                                         if cal else sum(lat["parts"].values()), abs=1e-3)
+    assert launches["forward"] == pytest.approx(lat["launch_overhead_ms"], abs=1e-3)
+    assert lat["value"] == pytest.approx(shipped(sum(lat["parts"].values()), lat["launch_overhead_ms"]),
+                                         abs=1e-3)
     assert step["parts"]["backward"] > 1.5 * step["parts"]["forward"]
     mem = r["metrics"]["peak_mem_mb"]
     parts = mem["parts"]

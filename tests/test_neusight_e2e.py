@@ -81,7 +81,7 @@ def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
 
 
 def test_leave_one_model_out_recovers_a_pure_scale_and_sees_a_model_apart():
-    rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p, "families": ["linear"]}
+    rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p, "families": ["linear"], "launch_ms": 0.0}
             for m, ps in (("a", (10.0, 20.0)), ("b", (5.0, 50.0)), ("c", (7.0, 70.0))) for p in ps]
     c = E.lomo_scale(rows)
     assert c["scale"] == pytest.approx(0.5) and c["mape"] == pytest.approx(0.0, abs=1e-9)

@@ -4,9 +4,12 @@ A prior entry calibrates on whole-model or kernel latencies:
 ``log(measured) = alpha + beta * log(predicted)`` by least squares
 (``beta`` fixed to 1, a pure scale, below :data:`MIN_PAIRS_FOR_SLOPE`
 pairs), stored in the device manifest as ``calibration``. It applies to the
-kernels of the families its pairs held (``families``): a prediction's time
-in those families is corrected, its time in others keeps the prior's (a
-scale fitted on transformers says nothing of convolutions).
+kernels of the families its pairs held (``families``): a prediction's kernel
+time in those families is corrected, its launch overhead and its time in
+other families keep the prior's (a scale fitted on transformers says nothing
+of convolutions, nor of the per-kernel cost of small models). Fit it on
+kernel times: predicted and measured with the predicted launch overhead
+taken out of both.
 """
 
 from __future__ import annotations
@@ -41,12 +44,17 @@ class Correction:
         p = np.maximum(np.asarray(predicted_ms, np.float64), 1e-12)
         return np.exp(self.alpha + self.beta * np.log(p))
 
-    def total(self, family_ms: dict[str, float]) -> float:
-        """A prediction's corrected ms from its prior ms per kernel family:
-        the covered families' sum corrected, the others' added as they are."""
-        covered = sum(v for k, v in family_ms.items() if k in self.families)
-        rest = sum(v for k, v in family_ms.items() if k not in self.families)
-        return (float(self.apply(covered)) if covered > 0 else 0.0) + rest
+    def total(self, family_ms: dict[str, float], launch_ms: dict[str, float] | None = None) -> float:
+        """A prediction's corrected ms from its prior ms per kernel family
+        (``launch_ms``: the launch overhead inside each): the covered
+        families' kernel time (launches excluded) corrected, their launches
+        and the other families added as they are. A scale fitted on large
+        models says nothing of the fixed cost per kernel that small ones
+        are made of."""
+        launch_ms = launch_ms or {}
+        body = sum(v - launch_ms.get(k, 0.0) for k, v in family_ms.items() if k in self.families)
+        fixed = sum(v if k not in self.families else launch_ms.get(k, 0.0) for k, v in family_ms.items())
+        return (float(self.apply(body)) if body > 0 else 0.0) + fixed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

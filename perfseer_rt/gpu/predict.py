@@ -72,8 +72,13 @@ class GpuPriorDevice:
             parts[fam] = float(self.prior.kernel_ms(fam, shape, arr, self.launch_ms).sum())
         total = sum(parts.values())
         if corrected and self.correction is not None:
-            total = self.correction.total(parts)
+            total = self.correction.total(parts, self.launches_ms(kernels))
         return total, parts
+
+    def launches_ms(self, kernels: Kernels) -> dict[str, float]:
+        """The launch overhead inside each family's ms (kernels x the
+        entry's per-kernel launch cost): a calibration leaves it as it is."""
+        return {fam: len(nodes) * self.launch_ms for fam, nodes in kernels.nodes.items()}
 
 
 def model_proto(source: Any) -> onnx.ModelProto | None:
@@ -166,7 +171,8 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
         metric_values = {
             "latency_ms": {"value": round(lat, 4), "unit": "ms", "interval": None,
                            "coverage": None, "meaning": lat_meaning,
-                           "parts": {k: round(v, 4) for k, v in parts.items()}},
+                           "parts": {k: round(v, 4) for k, v in parts.items()},
+                           "launch_overhead_ms": round(sum(dev.launches_ms(kernels).values()), 4)},
             "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
                             "meaning": "estimated peak GPU memory of the process (as nvidia-smi "
                                        "shows it): weights (exact" + ("" if exact else ", upper bound")

@@ -61,10 +61,13 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
             by_phase = {k: dev.latency_ms(kern, spec, tc, corrected=False) for k, kern in phases.items()}
             parts = {k: ms for k, (ms, _) in by_phase.items()}
             by_family: dict[str, float] = {}
-            for _, fams in by_phase.values():
+            launches: dict[str, float] = {}
+            for phase, (_, fams) in by_phase.items():
                 for fam, ms in fams.items():
                     by_family[fam] = by_family.get(fam, 0.0) + ms
-            total = dev.correction.total(by_family) if dev.correction else sum(parts.values())
+                for fam, ms in dev.launches_ms(phases[phase]).items():
+                    launches[fam] = launches.get(fam, 0.0) + ms
+            total = dev.correction.total(by_family, launches) if dev.correction else sum(parts.values())
             return total, parts
 
         total, parts = step_ms(dev.spec)
@@ -81,7 +84,9 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
                         "meaning": train_step.STEP_MEANING + f"; optimizer {train_step.OPTIMIZER}"
                         + ("; the parts are the prior's, the value is scaled by the entry's calibration "
                            f"({dev.calibration_source})" if dev.correction else ""),
-                        "parts": {k: round(v, 4) for k, v in parts.items()}},
+                        "parts": {k: round(v, 4) for k, v in parts.items()},
+                        "launch_overhead_ms": {k: round(sum(dev.launches_ms(kern).values()), 4)
+                                               for k, kern in phases.items()}},
             "peak_mem_mb": {"value": mem, "unit": "MiB", "interval": None, "coverage": None,
                             "meaning": train_step.MEM_MEANING, "parts": mem_parts}}
         result = {**header(pred, source, graph, "train", precision,
