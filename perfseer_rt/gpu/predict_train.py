@@ -91,7 +91,7 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
                             "meaning": train_step.MEM_MEANING, "parts": mem_parts}}
         result = {**header(pred, source, graph, "train", precision,
                            f"{dev.spec.name}: spec sheet + NeuSight kernel prior, training step "
-                           "from forward kernels"),
+                           "from forward kernels" + (", calibrated" if dev.correction else "")),
                   "metrics": {m: metric_values[m] for m in wanted}, "mig": None, "warnings": warnings}
         if pred.manifest.get("mig_gpu"):
             result["mig"] = mig_advice.advise(pred.manifest["mig_gpu"], dev.spec, mem, margin_for(None),
