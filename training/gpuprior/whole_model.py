@@ -61,7 +61,8 @@ def main() -> int:
     out = REPO / "reports" / "gpu-prior"
     atomic_write_bytes(out / "whole_model.json", json.dumps(rows, indent=1).encode())
     lines = ["# Whole-model predictions of the GPU prior for zoo models\n",
-             "`python -m training.gpuprior.whole_model`. These are the prior's answers "
+             "`python -m training.gpuprior.whole_model`. These are the device entries' answers "
+             "(the prior, scaled where the entry is calibrated: a100-40gb, t4, p100, v100) "
              "(its whole-model check on published labels: neusight_e2e.md) "
              "(fp32, onnxruntime CUDA EP assumed, structure-only zoo exports) beside the plain "
              "per-node roofline sum over the same PerfGraph. "
