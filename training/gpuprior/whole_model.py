@@ -62,9 +62,9 @@ def main() -> int:
     atomic_write_bytes(out / "whole_model.json", json.dumps(rows, indent=1).encode())
     lines = ["# Whole-model predictions of the GPU prior for zoo models\n",
              "`python -m training.gpuprior.whole_model`. These are the device entries' answers "
-             "(the prior, scaled where the entry is calibrated: a100-40gb, t4, p100, v100) "
-             "(its whole-model check on published labels: neusight_e2e.md) "
-             "(fp32, onnxruntime CUDA EP assumed, structure-only zoo exports) beside the plain "
+             "(the prior, scaled where the entry is calibrated: a100-40gb, t4, p100, v100; fp32, "
+             "onnxruntime CUDA EP assumed, structure-only zoo exports; the whole-model check on "
+             "published labels is neusight_e2e.md) beside the plain "
              "per-node roofline sum over the same PerfGraph. "
              "For scale: the per-node roofline was ~26 % under measured whole-model H100 "
              "latency of large transformers (issue 19), i.e. measured / roofline ~1.35.\n",
