@@ -10,7 +10,9 @@ import pytest
 from perfseer_rt.gpu.manifest import WholeModelCheck, parse_gpu_prior
 from perfseer_rt.predict import api
 from perfseer_rt.predict.manifest import ManifestError
+from training.gpuprior import neusight_calibration as C
 from training.gpuprior import neusight_e2e as E
+from training.gpuprior import neusight_labels as L
 
 ROOT = Path(__file__).parents[1]
 TINY_BERT = {"architectures": ["BertLMHeadModel"], "model_type": "bert", "hidden_size": 64,
@@ -19,7 +21,7 @@ TINY_BERT = {"architectures": ["BertLMHeadModel"], "model_type": "bert", "hidden
 
 
 def test_every_label_names_its_source_and_every_nvidia_gpu_a_shipped_entry():
-    rows = E.read_labels()
+    rows = L.read_labels()
     assert len(rows) >= 100
     shipped = {p.parent.name for p in (ROOT / "exported_models").glob("*/manifest.json")}
     for r in rows:
@@ -28,22 +30,22 @@ def test_every_label_names_its_source_and_every_nvidia_gpu_a_shipped_entry():
         assert r["e2e_ms"] > 0 and r["e2e_ms"] == pytest.approx(r["fw_ms"] + r["bw_ms"])
         if r["gpu"].startswith(("NVIDIA", "Tesla")):
             assert r["device"] in shipped
-    assert {r["model"] for r in rows} == set(E.MODELS)
-    assert all((E.DATA / "configs" / f"{m}.json").exists() for m in E.MODELS)
+    assert {r["model"] for r in rows} == set(L.MODELS)
+    assert all((L.DATA / "configs" / f"{m}.json").exists() for m in L.MODELS)
 
 
 def test_the_report_summary_and_the_manifests_agree_with_the_rows():
-    doc = json.loads((E.OUT / "neusight_e2e.json").read_text())
+    doc = json.loads((L.OUT / "neusight_e2e.json").read_text())
     rows = doc["rows"]
     for r in rows:  # each error is the ratio of the two numbers beside it
         assert r["error"] == pytest.approx(r["predicted_ms"] / r["e2e_ms"] - 1, abs=1e-4)
-    assert doc["summary"] == E.summary(rows)
+    assert doc["summary"] == C.summary(rows)
     h100 = [r for r in rows if r["device"] == "h100"]
     assert doc["summary"]["h100"]["mape"] == pytest.approx(
         100 * np.mean([abs(r["error"]) for r in h100]))
     for dev in doc["summary"]:
         m = json.loads((ROOT / "exported_models" / dev / "manifest.json").read_text())
-        assert m["accuracy"]["whole_model"] == E.whole_model_accuracy(dev)
+        assert m["accuracy"]["whole_model"] == C.whole_model_accuracy(dev)
         assert isinstance(parse_gpu_prior(m).accuracy["whole_model"], WholeModelCheck)
 
 
@@ -83,23 +85,23 @@ def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):
 def test_leave_one_model_out_recovers_a_pure_scale_and_sees_a_model_apart():
     rows = [{"model": m, "predicted_ms": p, "e2e_ms": 0.5 * p, "families": ["linear"], "launch_ms": 0.0}
             for m, ps in (("a", (10.0, 20.0)), ("b", (5.0, 50.0)), ("c", (7.0, 70.0))) for p in ps]
-    c = E.lomo_scale(rows)
+    c = C.lomo_scale(rows)
     assert c["scale"] == pytest.approx(0.5) and c["mape"] == pytest.approx(0.0, abs=1e-9)
     assert c["correction"]["families"] == ("linear",)
     assert c["uncalibrated_mape"] == pytest.approx(100.0)
     rows[0]["e2e_ms"] = rows[1]["e2e_ms"] = 0.25 * 20.0  # model "a" runs at another scale...
     rows[0]["e2e_ms"] = 0.25 * 10.0
     # ...which a scale fitted on "b" and "c" alone cannot know: its two labels miss by 100 %
-    assert E.lomo_scale(rows)["max_abs"] > 99.0
+    assert C.lomo_scale(rows)["max_abs"] > 99.0
 
 
 def test_shipped_calibrations_follow_the_registered_plan():
-    doc = json.loads((E.OUT / "neusight_e2e.json").read_text())
-    assert set(doc["calibrations"]) <= set(E.KERNEL_GPUS)
-    for dev in E.DEVICES.values():
+    doc = json.loads((L.OUT / "neusight_e2e.json").read_text())
+    assert set(doc["calibrations"]) <= set(L.KERNEL_GPUS)
+    for dev in L.DEVICES.values():
         path = ROOT / "exported_models" / dev / "manifest.json"
         m = json.loads(path.read_text())
-        cal, source = E.calibration_of(dev)
+        cal, source = C.calibration_of(dev)
         assert m["calibration"] == cal and m["calibration_source"] == source
         c = doc["calibrations"].get(dev)
         assert (cal is not None) == bool(c and c["mape"] < c["uncalibrated_mape"])

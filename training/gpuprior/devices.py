@@ -16,7 +16,7 @@ from perfseer_rt.gpu.prior import PROVENANCE
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from training.gpuprior.neusight_e2e import calibration_of, whole_model_accuracy
+from training.gpuprior.neusight_calibration import calibration_of, whole_model_accuracy
 
 #: NVIDIA H200 (SXM) from NVIDIA's H200 Tensor Core GPU datasheet
 #: (nvidia.com/en-us/data-center/h200): 141 GB HBM3e, 4.8 TB/s, FP32 67
