@@ -47,6 +47,13 @@ def test_the_report_summary_and_the_manifests_agree_with_the_rows():
         m = json.loads((ROOT / "exported_models" / dev / "manifest.json").read_text())
         assert m["accuracy"]["whole_model"] == C.whole_model_accuracy(dev)
         assert isinstance(parse_gpu_prior(m).accuracy["whole_model"], WholeModelCheck)
+    for dev in {r["device"] for r in doc["train_rows"]}:
+        m = json.loads((ROOT / "exported_models" / dev / "manifest.json").read_text())
+        train = [r for r in doc["train_rows"] if r["device"] == dev]
+        errors = [r["calibrated_error"] if m["calibration"] else r["error"] for r in train]
+        assert m["accuracy"]["whole_model_train"] == C.whole_model_train_accuracy(dev)
+        assert m["accuracy"]["whole_model_train"]["mape"] == pytest.approx(
+            100 * np.mean(np.abs(errors)), abs=0.01)
 
 
 def test_a_whole_model_block_is_typed_strictly():
@@ -64,6 +71,10 @@ def test_a_prediction_says_whether_whole_model_labels_check_its_gpu():
         "accuracy"]["whole_model"]["mape"]
     assert f"whole-model check: MAPE {mape:.1f} %" in checked["metrics"]["latency_ms"]["meaning"]
     assert "no whole-model GPU labels for this GPU" in unchecked["metrics"]["latency_ms"]["meaning"]
+    (step,) = api.predict(path, device="h100", mode="train")
+    train_mape = json.loads((ROOT / "exported_models/h100/manifest.json").read_text())[
+        "accuracy"]["whole_model_train"]["mape"]
+    assert f"forward + backward: MAPE {train_mape:.1f} %" in step["metrics"]["step_ms"]["meaning"]
 
 
 def test_layers_extrapolate_exactly_from_one_and_two(tmp_path):

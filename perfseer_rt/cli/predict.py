@@ -170,6 +170,10 @@ def devices(as_json: bool) -> None:
         if r.get("train_mode"):
             t = r["train_mode"]
             click.echo(f"  training step (--mode train): {t['description']}")
+            if t.get("whole_model"):
+                w = t["whole_model"]
+                click.echo(f"    forward + backward MAPE: {w['mape']:.1f} % on {w['labels']} training "
+                           f"runs measured by others ({w['source']})")
             for x in t["metrics"]:
                 mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"
                 click.echo(f"    {x['name']:<18} [{x['unit']}]  test MAPE {mape}")

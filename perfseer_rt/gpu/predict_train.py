@@ -44,6 +44,7 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
     precision = precision or "fp32"
     dev, tc = device_for(pred, precision)
     overhead = pred.manifest["memory_overhead"]
+    checked = pred.manifest.get("accuracy", {}).get("whole_model_train")
     results = []
     for source in models:
         graph = source if isinstance(source, PerfGraph) else extract(
@@ -82,6 +83,10 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
         metric_values = {
             "step_ms": {"value": round(total, 4), "unit": "ms", "interval": None, "coverage": None,
                         "meaning": train_step.STEP_MEANING + f"; optimizer {train_step.OPTIMIZER}"
+                        + ("; whole-model check of forward + backward: MAPE {mape:.1f} % (median "
+                           "{median_error:+.1f} %) on {labels} training runs measured by others "
+                           "({source})".format(**checked) if checked else
+                           "; no training runs of this GPU check it")
                         + ("; the parts are the prior's, the value is scaled by the entry's calibration "
                            f"({dev.calibration_source})" if dev.correction else ""),
                         "parts": {k: round(v, 4) for k, v in parts.items()},

@@ -16,7 +16,7 @@ from perfseer_rt.gpu.prior import PROVENANCE
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
-from training.gpuprior.neusight_calibration import calibration_of, whole_model_accuracy
+from training.gpuprior.neusight_calibration import calibration_of, whole_model_accuracy, whole_model_train_accuracy
 
 #: NVIDIA H200 (SXM) from NVIDIA's H200 Tensor Core GPU datasheet
 #: (nvidia.com/en-us/data-center/h200): 141 GB HBM3e, 4.8 TB/s, FP32 67
@@ -74,9 +74,11 @@ def write_entries(specs: dict[str, GpuSpec], prior_doc: dict, folds: list[dict],
                 "mape": round(sum(r["prior"]["mape"] for r in mine) / len(mine), 2),
                 "per_operator": {r["family"]: r["prior"]["mape"] for r in mine},
                 "meaning": "per-operator MAPE % with this GPU held out of the fit"}
-        whole = whole_model_accuracy(name)
-        if whole is not None:  # the last whole-model check (training/gpuprior/neusight_e2e.py)
-            accuracy["whole_model"] = whole
+        # the last whole-model check (training/gpuprior/neusight_e2e.py)
+        for key, whole in (("whole_model", whole_model_accuracy(name)),
+                           ("whole_model_train", whole_model_train_accuracy(name))):
+            if whole is not None:
+                accuracy[key] = whole
         calibration, calibration_source = calibration_of(name)  # the last whole-model check's plan
         manifest = {
             "format": "perfseer-rt-predictor/1", "kind": "gpu-prior", "version": version,

@@ -100,6 +100,26 @@ def whole_model_accuracy(device: str, report: Path = OUT / "neusight_e2e.json") 
                        "(reports/gpu-prior/neusight_e2e.md)"}
 
 
+def whole_model_train_accuracy(device: str, report: Path = OUT / "neusight_e2e.json"
+                               ) -> dict[str, Any] | None:
+    """The ``accuracy.whole_model_train`` field of ``device``'s manifest:
+    forward + backward of a training step against NeuSight's training runs
+    (with the entry's calibration where it ships one, as the runtime
+    applies it); None without runs for it."""
+    doc = _report(report)
+    rows = [r for r in doc["train_rows"] if r["device"] == device] if doc else []
+    if doc is None or not rows:
+        return None
+    cal = doc.get("calibrations", {}).get(device)
+    scaled = bool(cal and cal["ship"])
+    e = np.array([r["calibrated_error"] if scaled else r["error"] for r in rows])
+    return {"labels": len(rows), "mape": round(float(np.mean(np.abs(e)) * 100), 2),
+            "median_error": round(float(np.median(e) * 100), 2),
+            "source": _source(doc) + ("; with the entry's inference calibration" if scaled else ""),
+            "meaning": "forward + backward time of a training step (no optimizer update), MAPE % "
+                       "against the published measurements (reports/gpu-prior/neusight_e2e.md)"}
+
+
 def calibration_of(device: str, report: Path = OUT / "neusight_e2e.json"
                    ) -> tuple[dict[str, Any] | None, str | None]:
     """(``calibration``, ``calibration_source``) of ``device``'s manifest
@@ -125,9 +145,10 @@ def record(root: Path = REPO / "exported_models") -> list[str]:
             continue
         name = doc["device"]["name"]
         new = dict(doc, accuracy={**doc["accuracy"]})
-        whole = whole_model_accuracy(name)
-        if whole is not None:
-            new["accuracy"]["whole_model"] = whole
+        for key, whole in (("whole_model", whole_model_accuracy(name)),
+                           ("whole_model_train", whole_model_train_accuracy(name))):
+            if whole is not None:
+                new["accuracy"][key] = whole
         new["calibration"], new["calibration_source"] = calibration_of(name)
         if new != doc:
             atomic_write_bytes(manifest, json.dumps(new, indent=1).encode())
