@@ -5,13 +5,15 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfseer_rt import extract
 from perfseer_rt.cli import main
 from perfseer_rt.errors import DeviceError, MetricError
 from perfseer_rt.gpu import train_step
-from perfseer_rt.gpu.calibrate import Correction
-from perfseer_rt.gpu.kernels import map_graph
+from perfseer_rt.gpu.calibrate import KERNEL_FAMILIES, Correction
+from perfseer_rt.gpu.kernels import Kernels, map_graph
 from perfseer_rt.predict import api, registry
 from tests.gpu_models import transformer
 
@@ -127,3 +129,29 @@ def test_cli_check_reads_step_ms_in_train_mode(tfm_path):
     slow = CliRunner().invoke(main, ["check", tfm_path, "--device", "h100", "--mode", "train",
                                      "--max-latency-ms", "1e-6"])
     assert slow.exit_code == 1 and "step_ms" in slow.stdout
+
+
+@given(st.lists(st.tuples(*(st.integers(1, 4096),) * 4), min_size=1, max_size=8),
+       st.sampled_from(["linear", "bmm"]))
+@settings(max_examples=100, deadline=None)
+def test_gradient_gemms_double_the_forward_flops_for_any_shape(shapes, fam):
+    m, n, k, b = (np.array(col, np.float64) for col in zip(*shapes))
+    fwd = Kernels(shapes={fam: train_step._gemm(m, n, k, b, 4.0)}, nodes={fam: np.arange(len(m))})
+    bwd = train_step.backward(fwd, 4.0).shapes[fam]
+    assert bwd["flops"].sum() == pytest.approx(2 * fwd.shapes[fam]["flops"].sum())
+    # each gradient GEMM reads its two operands and writes its result: all tensors the forward touched
+    assert np.allclose(np.sort(bwd["bytes"]), np.sort(np.concatenate([fwd.shapes[fam]["bytes"]] * 2)))
+
+
+@given(st.dictionaries(st.sampled_from(KERNEL_FAMILIES), st.floats(0.01, 1e4), min_size=1),
+       st.floats(0.1, 10.0), st.floats(0.0, 1.0))
+@settings(max_examples=200, deadline=None)
+def test_a_scale_moves_only_covered_kernel_time(family_ms, scale, launch_share):
+    covered = tuple(sorted(family_ms)[: max(1, len(family_ms) // 2)])
+    c = Correction(float(np.log(scale)), 1.0, 3, 0.0, 0.0, covered)
+    launches = {f: v * launch_share for f, v in family_ms.items()}
+    body = sum(v - launches[f] for f, v in family_ms.items() if f in covered)
+    rest = sum(v for f, v in family_ms.items() if f not in covered) + sum(launches[f] for f in covered)
+    assert c.total(family_ms, launches) == pytest.approx(scale * body + rest, rel=1e-9, abs=1e-9)
+    assert Correction(0.0, 1.0, 3, 0.0, 0.0, covered).total(family_ms, launches) == pytest.approx(
+        sum(family_ms.values()), rel=1e-9)
