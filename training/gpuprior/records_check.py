@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
@@ -65,8 +66,7 @@ def check(dataset: Path, device: str, tmp: Path, zoo_name: str | None = None) ->
 
 def _scores(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
     err = pred / meas - 1
-    ranks = [np.argsort(np.argsort(v)) for v in (pred, meas)]
-    rank = np.corrcoef(*ranks)[0, 1] if len(meas) > 2 else float("nan")
+    rank = float(spearmanr(pred, meas).statistic) if len(meas) > 2 else float("nan")
     return {"mape": float(np.mean(np.abs(err)) * 100), "median_error": float(np.median(err) * 100),
             "spearman": float(rank)}
 
@@ -85,7 +85,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def write(rows: list[dict[str, Any]], device: str, dataset: Path, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"device": device, "dataset": str(dataset), "rows": rows, "summary": summary(rows) if rows else {}}
+    by = summary(rows) if rows else {}
+    doc: dict[str, Any] = {"device": device, "dataset": str(dataset), "rows": rows, "summary": by}
     atomic_write_bytes(out / f"records_{device}.json", json.dumps(doc, indent=1).encode())
     lines = [f"# The GPU prior on our own records: {device}\n",
              f"`python -m training.gpuprior.records_check --dataset {dataset} --device {device}`; "
@@ -93,7 +94,7 @@ def write(rows: list[dict[str, Any]], device: str, dataset: Path, out: Path) -> 
              "(calibrated where the entry is). Error = predicted / measured - 1.\n",
              "| family | records | prior MAPE % | prior median % | prior Spearman | shipped MAPE % | "
              "shipped median % | shipped Spearman |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, s in doc["summary"].items():
+    for name, s in by.items():
         p, q = s["prior"], s["shipped"]
         lines.append(f"| {name} | {s['n']} | {p['mape']:.1f} | {p['median_error']:+.1f} | {p['spearman']:.3f} | "
                      f"{q['mape']:.1f} | {q['median_error']:+.1f} | {q['spearman']:.3f} |")
