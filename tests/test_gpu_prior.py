@@ -264,3 +264,58 @@ def test_a_calibration_in_the_entry_corrects_its_latency(tmp_path, monkeypatch, 
     launch = before["metrics"]["latency_ms"]["launch_overhead_ms"]  # not kernel time: not scaled
     assert 0 < launch < v0 and v1 == pytest.approx(1.5 * (v0 - launch) + launch, rel=1e-3)
     assert "calibrated" in after["predictor"]["description"]
+
+
+# ---------------------------------------------------------------- fused patterns
+def _gelu_model(leak: bool):
+    """x -> Relu -> erf-GELU (Div, Erf, Add, Mul, Mul) -> Relu; with ``leak``
+    the Erf output is read by one more node, so the pattern cannot fuse."""
+    from onnx import helper
+
+    from tests.onnx_builders import const, model
+
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["h"]), n("Div", ["h", "sqrt2"], ["s"]), n("Erf", ["s"], ["e"]),
+             n("Add", ["e", "one"], ["a"]), n("Mul", ["h", "a"], ["m"]), n("Mul", ["m", "half"], ["g"]),
+             n("Relu", ["g"], ["y"])]
+    outputs = [("y", [8, 64, 256])]
+    if leak:
+        nodes.append(n("Neg", ["e"], ["z"]))
+        outputs.append(("z", [8, 64, 256]))
+    inits = [const("sqrt2", [], math.sqrt(2)), const("one", [], 1.0), const("half", [], 0.5)]
+    return model(nodes, [("x", [8, 64, 256])], outputs, inits)
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_an_erf_gelu_is_one_kernel_unless_an_intermediate_is_read_elsewhere(leak):
+    from perfseer_rt.gpu.kernels import erf_gelu_groups
+
+    g = extract(_gelu_model(leak))
+    groups = erf_gelu_groups(g)
+    k = map_graph(g)
+    if leak:
+        assert groups == {} and not k.fused and k.count == g.num_nodes
+        return
+    (erf, members), = groups.items()
+    assert [g.node_ops[i] for i in members] == ["Div", "Erf", "Add", "Mul", "Mul"]
+    assert k.count == g.num_nodes - 4 and sorted(k.fused) == sorted(set(members) - {erf})
+    row = list(k.nodes["elem"]).index(erf)
+    flops = g.node_column("flops")
+    assert k.shapes["elem"]["flops"][row] == pytest.approx(flops[members].sum())
+    assert k.shapes["elem"]["bytes"][row] == pytest.approx(g.node_column("mac")[erf])  # reads x, writes y
+    assert k.shapes["elem"]["transcendental"][row] == 1.0 and any("erf-GELU" in t for t in k.notes)
+
+
+def test_bert_base_gelus_fuse_and_its_prediction_drops(monkeypatch):
+    from perfseer_rt.gpu import kernels
+
+    g = extract("tests/models/bert_base.onnx", batch=8, dims={"seq": 128})
+    k = map_graph(g)
+    assert len(k.fused) == 4 * 12  # one GELU per layer
+    (fused,) = api.predict(g, device="h100")
+    assert fused["metrics"]["latency_ms"]["launch_overhead_ms"] == pytest.approx(k.count * 0.005, abs=1e-3)
+    monkeypatch.setattr(kernels, "erf_gelu_groups", lambda graph: {})
+    (apart,) = api.predict(g, device="h100")
+    f, a = (r["metrics"]["latency_ms"] for r in (fused, apart))
+    assert a["parts"]["linear"] == f["parts"]["linear"] and a["parts"]["elem"] > f["parts"]["elem"]
+    assert a["launch_overhead_ms"] == pytest.approx(f["launch_overhead_ms"] + 48 * 0.005, abs=1e-3)

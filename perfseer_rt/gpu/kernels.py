@@ -11,6 +11,9 @@ Softmax / LogSoftmax                           ``softmax``
 element-wise ops (``ops.ELEMENTWISE_FLOPS``)   ``elem``
 views (Reshape, Flatten, Squeeze, Unsqueeze,   no kernel, 0 ms
 Identity, Dropout)
+erf-GELU as exported before opset 20           one ``elem`` kernel (transcendental) for the
+(Div or Mul, Erf, Add, Mul, Mul)               five nodes, as PyTorch's gelu and onnxruntime's
+                                               Gelu fusion run it (:func:`erf_gelu_groups`)
 everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
 / depthwise Conv, Transpose, Concat, ...)      achieved element-wise bandwidth
 =============================================  ===============================
@@ -51,6 +54,8 @@ class Kernels:
     shapes: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     nodes: dict[str, np.ndarray] = field(default_factory=dict)
     views: list[int] = field(default_factory=list)
+    #: nodes priced inside another node's kernel (a fused pattern's other nodes)
+    fused: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,6 +71,41 @@ def _out_shapes(graph: PerfGraph) -> dict[int, tuple[int, ...]]:
         for j, shape in enumerate(graph.edge_shapes):
             out.setdefault(int(graph.edge_index[0, j]), tuple(shape))
     return out
+
+
+def erf_gelu_groups(graph: PerfGraph) -> dict[int, list[int]]:
+    """Erf node -> the five nodes of an erf-GELU it anchors:
+    ``s = Div(x, c)`` (or ``Mul``), ``Erf(s)``, ``Add(erf, 1)``,
+    ``Mul(x, add)``, ``Mul(., 0.5)`` (either Mul order), each intermediate
+    read by the next node only, so one kernel can compute ``x -> y``."""
+    ops = graph.node_ops
+    if "Erf" not in ops or not graph.num_edges:
+        return {}
+    src, dst = graph.edge_index
+    succ: dict[int, list[int]] = {}
+    pred: dict[int, list[int]] = {}
+    for a, b in zip(src.tolist(), dst.tolist()):
+        succ.setdefault(a, []).append(b)
+        pred.setdefault(b, []).append(a)
+
+    def only_next(i: int, op: str) -> int | None:
+        nxt = succ.get(i, [])
+        return nxt[0] if len(nxt) == 1 and ops[nxt[0]] == op else None
+
+    groups = {}
+    for e, op in enumerate(ops):
+        if op != "Erf" or len(pred.get(e, [])) != 1:
+            continue
+        scale = pred[e][0]
+        add = only_next(e, "Add")
+        mul1 = None if add is None else only_next(add, "Mul")
+        mul2 = None if mul1 is None else only_next(mul1, "Mul")
+        if add is None or mul1 is None or mul2 is None:
+            continue
+        x = set(pred.get(scale, []))  # x must feed the scale and one of the Muls
+        if ops[scale] in ("Div", "Mul") and succ.get(scale) == [e] and x & set(pred[mul1] + pred[mul2]):
+            groups[e] = [scale, e, add, mul1, mul2]
+    return groups
 
 
 def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
@@ -89,10 +129,18 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
         rows.setdefault(family, []).append(shape)
         idx.setdefault(family, []).append(i)
 
+    gelu = erf_gelu_groups(graph)
+    inside = {j for group in gelu.values() for j in group if j not in gelu}
     for i, op in enumerate(graph.node_ops):
         f, b = float(flops[i]), float(mac[i])
         shape = shapes.get(i)
-        if op in VIEW_OPS:
+        if i in inside:
+            k.fused.append(i)
+        elif i in gelu:  # reads x, writes y: the Erf node's bytes; the five nodes' FLOPs
+            last = float(shape[-1]) if shape else float(max(out_elems[i], 1))
+            add("elem", i, rows=max(out_elems[i] / last, 1.0), cols=last,
+                flops=float(sum(flops[j] for j in gelu[i])), bytes=b, binary=0.0, transcendental=1.0)
+        elif op in VIEW_OPS:
             k.views.append(i)
         elif op in ("MatMul", "Gemm") and cout[i] > 0 and cin[i] > 0 and f > 0:
             n, kk = float(cout[i]), float(cin[i])
@@ -122,6 +170,9 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
     for fam, lst in rows.items():
         k.shapes[fam] = {key: np.array([r[key] for r in lst], np.float64) for key in lst[0]}
         k.nodes[fam] = np.array(idx[fam], np.int64)
+    if gelu:
+        k.notes.append(f"{len(gelu)} erf-GELU pattern(s) (Div, Erf, Add, Mul, Mul) priced as one fused "
+                       "kernel each, as PyTorch and onnxruntime's CUDA EP run them")
     if odd_conv:
         k.notes.append("conv kernels outside NeuSight's measured 3x3 stride-1 set ("
                        + ", ".join(sorted(odd_conv)) + "): extrapolated in the implicit-GEMM view")
