@@ -5,6 +5,7 @@ writing each entry's whole-model figures and calibration from the report
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,19 @@ def calibrations(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _report(report: Path) -> dict[str, Any] | None:
-    return json.loads(report.read_text()) if report.exists() else None
+    """The report, read once per version of the file (``record`` and
+    ``write_entries`` ask three times per device entry); None without one."""
+    if not report.exists():
+        return None
+    st = report.stat()
+    return _read(str(report), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    """The parsed report at ``path`` (the key's mtime and size make a rewritten file a new entry)."""
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    return doc
 
 
 def _source(doc: dict[str, Any]) -> str:
