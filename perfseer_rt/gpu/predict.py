@@ -30,6 +30,7 @@ from perfseer_rt.gpu.manifest import GpuPriorManifest, parse_gpu_prior
 from perfseer_rt.gpu.prior import PROVENANCE, Prior, load_prior
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.graph.extract import general_warnings
 from perfseer_rt.graph.load import load_model
 from perfseer_rt.predict.mig import margin_for
 from perfseer_rt.predict.registry import Predictor
@@ -146,7 +147,7 @@ def predict_gpu(pred: Predictor, models: list[Any], batch: int | None = None,
         kernels = map_graph(graph, itemsize_scale=scale)
         lat, parts = dev.latency_ms(kernels, dev.spec, tc)
         mem, mem_parts, exact = memory.estimate(graph, proto, pred.manifest["memory_overhead"], scale)
-        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + kernels.notes
+        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + kernels.notes + general_warnings(graph.warnings)
         if not tc and itemsize < 4:
             warnings.append(f"the model's tensors are {itemsize:g}-byte: fp16 kernels are priced "
                             "as fp32 ones on the fp32 peak (no tensor cores) unless --precision is given")

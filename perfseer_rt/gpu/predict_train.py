@@ -17,6 +17,7 @@ from perfseer_rt.gpu import memory, mig_advice, train_step
 from perfseer_rt.gpu.kernels import map_graph
 from perfseer_rt.gpu.predict import FP32_NOTE, TC_ASSUMPTION, device_for, element_scale, header, model_proto
 from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.graph.extract import general_warnings
 from perfseer_rt.predict.mig import margin_for
 from perfseer_rt.predict.registry import Predictor
 
@@ -77,7 +78,7 @@ def predict_gpu_train(pred: Predictor, models: list[Any], batch: int | None = No
                                             memory.workspace_bytes(graph, overhead["cublas_workspace_mib"]),
                                             float(overhead["cuda_context_mib"]))
         mem = round(sum(mem_parts.values()), 2)
-        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + fwd.notes
+        warnings = [TC_ASSUMPTION if tc else FP32_NOTE] + fwd.notes + general_warnings(graph.warnings)
         if not exact:
             warnings.append("weights from the PerfGraph: a shared initializer counts once per use")
         metric_values = {

@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
-from perfseer_rt.graph import dtypes, layout
+from perfseer_rt.graph import data_dependent, dtypes, layout
 from perfseer_rt.graph.contrib import contrib_rule
 from perfseer_rt.graph.exporter import (
     TORCH_DYNAMO,
@@ -44,7 +44,7 @@ from perfseer_rt.graph.exporter import (
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.implied import IMPLIED_DIM_WARNING, implied_dims
 from perfseer_rt.graph.inline import inline_functions
-from perfseer_rt.graph.limits import MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
+from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
     ATTRS,
@@ -583,19 +583,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             ordered[t] = None
     ordered.pop("", None)
     needed = set(ordered)
-    fast = st.propagate(inputs, deadline)
-    if fast is not None:
-        shapes, engine = fast, "perfseer"
-    else:
-        sk = st.skeleton_for(inputs, reuse_skeleton)
-        sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
-        kept_set = set(kept)
-        folded = [n for i, n in enumerate(sk_nodes) if i not in kept_set]
-        shapes, engine = infer_shapes(sk, needed, folded, deadline, proto)
-        all_outs = {o for outs_ in node_outs for o in outs_ if o}
-        if not shapes.keys() >= all_outs or not _CONTROL_FLOW.isdisjoint(ops):
-            shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
-                                               folded, deadline, proto)
+    shapes, engine, assumed = _resolve_shapes(st, inputs, needed, deadline, depth,
+                                              reuse_skeleton)
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -603,7 +592,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         raise ShapeError(
             f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
             f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
-            "or named dims with --dim")
+            "or named dims with --dim (if every input shape is already static, their sizes "
+            "depend on values only known at run time)")
     counted: dict[str, int] = {}  # element counts, for the TensorInfos below
     by_shape: dict[Shape, int] = {}  # most tensors share a few shapes
     for t in ordered:
@@ -876,6 +866,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     if st.external_share >= EXTERNAL_WEIGHTS_WARN_SHARE and depth == 0:
         warnings.append(EXTERNAL_WEIGHTS_WARNING.format(share=st.external_share))
     warnings += control_notes
+    if assumed:
+        warnings.append(data_dependent.warning(assumed))
     warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v, why=why)
                  for k, (v, why) in implied.items()]
     return PerfGraph(
@@ -883,6 +875,32 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         node_ops=ops, x=x, edge_index=edge_index,
         edge_attr=edge_attr, edge_tensors=edge_tensors, edge_shapes=edge_shapes, u=u,
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
+
+
+def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
+                    deadline: Deadline, depth: int, reuse_skeleton: bool = False
+                    ) -> tuple[dict[str, TypedShape], str, dict[str, int]]:
+    """Shapes of the model's tensors at these input shapes: the Python pass,
+    else onnx's inference on the skeleton completed by the documented rules
+    (:func:`_assume_unknown_op_shapes`). Returns the shapes, the engine that
+    gave them and the data-dependent nodes assumed at their bound (op ->
+    count); tensors of ``needed`` may be missing (the caller says which)."""
+    fast = st.propagate(inputs, deadline)
+    if fast is not None:
+        return fast, "perfseer", {}
+    kept = st.kept
+    sk = st.skeleton_for(inputs, reuse_skeleton)
+    sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
+    kept_set = set(kept)
+    folded = [n for i, n in enumerate(sk_nodes) if i not in kept_set]
+    shapes, engine = infer_shapes(sk, needed, folded, deadline, st.proto)
+    all_outs = {o for i in kept for o in st.table[i][4] if o}
+    if shapes.keys() >= all_outs and _CONTROL_FLOW.isdisjoint(st.table[i][0] for i in kept):
+        return shapes, engine, {}
+    shapes, assumed = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
+                                                folded, deadline, st.proto,
+                                                (st.max_nodes, depth))
+    return shapes, engine, assumed
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
@@ -964,6 +982,19 @@ EXTERNAL_WEIGHTS_WARNING = (
     "memory was still over-predicted by up to 52 % at int4 (a float embedding table mostly "
     "unread) and within 8 % at fp32; perfseer-rt's CPU predictors were trained almost only on "
     "weights inline")
+#: The extraction warnings about the CPU predictors' training exports (they
+#: do not concern predictors of other kinds; see :func:`general_warnings`).
+CPU_PREDICTOR_WARNINGS = (DYNAMO_WARNING, FIXED_SHAPES_WARNING, EXTERNAL_WEIGHTS_WARNING)
+
+
+def general_warnings(warnings: Iterable[str]) -> list[str]:
+    """A PerfGraph's warnings less those of :data:`CPU_PREDICTOR_WARNINGS`
+    (what a predictor that was not trained on CPU exports passes on)."""
+    fixed = {w for w in CPU_PREDICTOR_WARNINGS if "{" not in w}
+    tails = [w.split("}", 1)[1] for w in CPU_PREDICTOR_WARNINGS if "{" in w]
+    return [w for w in warnings if w not in fixed and not any(w.endswith(t) for t in tails)]
+
+
 #: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
 #: that computes in float32 from which the weight-only quantization is flagged.
 QUANT_WEIGHT_WARN_SHARE = 0.1
@@ -1043,9 +1074,29 @@ def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
 def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
                     proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
                     deadline: Deadline, depth: int) -> float | None:
-    """Total FLOPs of a subgraph extracted as a model of its own: formal
-    inputs take ``actual`` shapes (or their declared static ones), tensors
-    of the outer scope come in as inputs with their outer shapes."""
+    """Total FLOPs of a subgraph extracted as a model of its own
+    (:func:`_subgraph_model`); None where it cannot be extracted."""
+    sub = _subgraph_model(body, actual, proto, shapes, complete=False)
+    assert sub is not None  # noqa: S101 - complete=False always builds one
+    try:
+        st = _Structure(sub, "<subgraph>", max_nodes)
+        if not st.kept:  # constants only (an If's empty branch): no work
+            return 0.0
+        return float(_extract_shaped(st, None, None, None, deadline, depth + 1
+                                     ).globals["flops_total"])
+    except LimitError:
+        raise
+    except PerfSeerError:
+        return None
+
+
+def _subgraph_model(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
+                    proto: onnx.ModelProto, shapes: dict[str, TypedShape],
+                    complete: bool = True) -> onnx.ModelProto | None:
+    """A subgraph as a model of its own: formal inputs take ``actual``
+    shapes (or their declared static ones), tensors of the outer scope come
+    in as inputs with their outer shapes. With ``complete``, None while a
+    tensor it reads from the outer scope has no shape yet."""
     g = onnx.GraphProto()
     g.CopyFrom(body)
     produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer}
@@ -1053,8 +1104,11 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
     outer = []
     for n in g.node:
         for t in n.input:
-            if t and t not in produced and t not in declared and t in shapes and t not in outer:
-                outer.append(t)
+            if t and t not in produced and t not in declared and t not in outer:
+                if t in shapes:
+                    outer.append(t)
+                elif complete:
+                    return None
     del g.input[:]
     for vi in body.input:
         typed = actual.get(vi.name) if actual else None
@@ -1062,18 +1116,40 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
             g.input.append(helper.make_tensor_value_info(vi.name, typed[0], list(typed[1])))
         else:
             g.input.append(vi)
+    constants = _outer_constants(proto.graph, set(outer))
     for t in outer:
+        if t in constants:  # a Constant node or a small initializer: its value
+            value = constants[t]
+            if isinstance(value, onnx.NodeProto):
+                g.node.insert(0, value)
+            else:
+                g.initializer.append(value)
+            continue
         elem, shape = shapes[t]
         g.input.append(helper.make_tensor_value_info(t, elem, list(shape)))
     sub = onnx.ModelProto(ir_version=proto.ir_version, graph=g)
     sub.opset_import.extend(proto.opset_import)
-    try:
-        return float(_extract(sub, "<subgraph>", None, None, None, max_nodes, deadline,
-                              depth + 1).globals["flops_total"])
-    except LimitError:
-        raise
-    except PerfSeerError:
-        return None
+    return sub
+
+
+def _outer_constants(graph: onnx.GraphProto, names: set[str]
+                     ) -> dict[str, onnx.NodeProto | onnx.TensorProto]:
+    """The tensors among ``names`` that ``graph`` defines by value: its
+    Constant nodes and initializers of at most MAX_CONST_ELEMS elements with
+    data in the file (a subgraph that reads them, e.g. the axes of a Slice,
+    can then be shaped)."""
+    found: dict[str, onnx.NodeProto | onnx.TensorProto] = {}
+    if not names:
+        return found
+    for t in graph.initializer:
+        if t.name in names and t.data_location != onnx.TensorProto.EXTERNAL \
+                and math.prod(t.dims) <= MAX_CONST_ELEMS and _stored_bytes(t):
+            found[t.name] = t
+    for n in graph.node:
+        if n.op_type == "Constant" and not n.domain and len(n.output) == 1 \
+                and n.output[0] in names:
+            found[n.output[0]] = n
+    return found
 
 
 def _edge_row(shape: Shape, itemsize: float, elems: int) -> list[float]:
@@ -1101,11 +1177,16 @@ def _edge_row(shape: Shape, itemsize: float, elems: int) -> list[float]:
     return [size, *map(float, slots), float(itemsize)]
 
 
-def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, TypedShape]
-                         ) -> list[onnx.ValueInfoProto]:
+def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, TypedShape],
+                         proto: onnx.ModelProto, nesting: tuple[int, int], deadline: Deadline,
+                         assumed: dict[str, int]) -> list[onnx.ValueInfoProto]:
     """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
-    outputs keep their carried inputs' shapes; an If's outputs take the
-    static shapes its then-branch declares."""
+    outputs keep their carried inputs' shapes; an If's outputs take, dim by
+    dim, the larger of its two branches' shapes (each branch's declared
+    static shape, else the shapes of the branch extracted as a model of its
+    own; the cost takes the heavier branch too), or the then-branch's
+    declared static shape where only it is known. Data-dependent sizes
+    bounded inside a branch are added to ``assumed``."""
     extra = []
     for n in nodes:
         if n.op_type == "Loop":
@@ -1114,15 +1195,20 @@ def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, Type
             n_scan = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
             pairs = zip(n.output, n.input[:len(n.input) - n_scan])
         elif n.op_type == "If":
-            branch = next((a.g for a in n.attribute if a.name == "then_branch"
-                           and a.type == onnx.AttributeProto.GRAPH), None)
-            declared = [] if branch is None else list(branch.output)
-            for o, vi in zip(n.output, declared):
-                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-                if o and o not in shapes and vi.type.tensor_type.HasField("shape") \
-                        and all(d > 0 for d in dims):
-                    extra.append(helper.make_tensor_value_info(
-                        o, vi.type.tensor_type.elem_type, dims))
+            if all(not o or o in shapes for o in n.output):
+                continue
+            branches = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
+            typed = [_branch_output_types(branches.get(b), proto, shapes, nesting, deadline,
+                                          assumed) for b in ("then_branch", "else_branch")]
+            for i, o in enumerate(n.output):
+                then, other = (t[i] if t is not None and len(t) > i else None for t in typed)
+                if not o or o in shapes or then is None:
+                    continue
+                if other is not None and len(other[1]) == len(then[1]):
+                    then = (then[0], tuple(map(max, then[1], other[1])))
+                elif not then[1] or min(then[1]) < 1:
+                    continue  # the else branch unknown: only a plain static shape is taken
+                extra.append(helper.make_tensor_value_info(o, then[0], list(then[1])))
             continue
         else:
             continue
@@ -1130,6 +1216,47 @@ def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, Type
             if o and o not in shapes and i in shapes:
                 extra.append(helper.make_tensor_value_info(o, shapes[i][0], list(shapes[i][1])))
     return extra
+
+
+def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
+                         shapes: dict[str, TypedShape], nesting: tuple[int, int],
+                         deadline: Deadline, assumed: dict[str, int]
+                         ) -> list[TypedShape | None] | None:
+    """Each output's type of an If branch: declared static, else inferred by
+    extracting the branch's shapes (None per output where neither works;
+    None for all while a tensor the branch reads from outside is unknown)."""
+    if branch is None:
+        return None
+    declared: list[TypedShape | None] = []
+    for vi in branch.output:
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim)
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            declared.append((tt.elem_type, tuple(d.dim_value for d in dims)))
+        else:
+            declared.append(None)
+    if all(t is not None for t in declared):
+        return declared
+    sub = _subgraph_model(branch, {}, proto, shapes)
+    if sub is None:
+        return declared
+    max_nodes, depth = nesting
+    if depth + 1 >= MAX_SUBGRAPH_DEPTH:
+        return declared
+    try:
+        st = _Structure(sub, "<subgraph>", max_nodes)
+        inputs, _ = st.resolve(None, None, None, deadline)
+        wanted = {vi.name for vi in branch.output}
+        found, _, inner = _resolve_shapes(st, inputs, wanted, deadline, depth + 1)
+    except LimitError:
+        raise
+    except PerfSeerError:
+        return declared
+    typed = [t if t is not None else found.get(vi.name) for t, vi in zip(declared, branch.output)]
+    if all(t is not None for t in typed):  # counted once: the If is then typed
+        for op, k in inner.items():
+            assumed[op] = assumed.get(op, 0) + k
+    return typed
 
 
 def _has_schema(node: onnx.NodeProto) -> bool:
@@ -1147,18 +1274,27 @@ def _has_schema(node: onnx.NodeProto) -> bool:
 def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
                               shapes: dict[str, TypedShape], needed: set[str],
                               folded: list[onnx.NodeProto], deadline: Deadline,
-                              proto: onnx.ModelProto) -> dict[str, TypedShape]:
+                              proto: onnx.ModelProto, nesting: tuple[int, int]
+                              ) -> tuple[dict[str, TypedShape], dict[str, int]]:
     """Outputs of ops onnx has no schema for (custom domains) are typed by
     their rule where they have one (:mod:`perfseer_rt.graph.contrib`: the
     contrib ops of onnxruntime), else assumed to keep the shape and type of
-    their first input; inference is re-run from there so that the rest of
-    the graph resolves. Documented generic rule; standard ops are never guessed."""
+    their first input; outputs of standard ops whose sizes depend on the data
+    take their upper bound (:mod:`perfseer_rt.graph.data_dependent`);
+    inference is re-run from there so that the rest of the graph resolves.
+    Documented rules; other standard ops are never guessed. Returns the
+    shapes and the data-dependent nodes bounded, by op. ``nesting``: the
+    node cap and the depth of this graph (for If branches)."""
+    assumed: dict[str, int] = {}
     for _ in range(GUESS_ROUNDS):
-        extra = _control_flow_shapes(nodes, shapes)
+        extra = _control_flow_shapes(nodes, shapes, proto, nesting, deadline, assumed)
         todo = [n for n in nodes if any(o and o not in shapes for o in n.output)
                 and n.input and n.input[0] in shapes and not _has_schema(n)]
-        if not todo and not extra:
-            return shapes
+        bounded = [n for n in nodes if n.op_type in data_dependent.DATA_DEPENDENT_OPS
+                   and n.domain in ("", "ai.onnx") and n.input and n.input[0] in shapes
+                   and any(o and o not in shapes for o in n.output)]
+        if not todo and not extra and not bounded:
+            break
         deadline.check("shape inference")
         for n in todo:
             typed = _contrib_shapes(n, shapes)
@@ -1166,12 +1302,37 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
                 typed = [shapes[n.input[0]]] * len(n.output)
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o, (elem, shape) in zip(n.output, typed) if o and o not in shapes]
+        for n in bounded:
+            found = _bound_shapes(n, shapes, proto)
+            if found is not None:
+                extra += found
+                assumed[n.op_type] = assumed.get(n.op_type, 0) + 1
+        if not extra:
+            break
         sk.graph.value_info.extend(extra)
-        new, _ = infer_shapes(sk, needed, folded, deadline, proto)
+        new, _ = infer_shapes(sk, needed, folded, deadline, proto, data_prop=not assumed)
         if len(new) <= len(shapes):
-            return shapes
+            break
         shapes = new
-    return shapes
+    return shapes, assumed
+
+
+def _bound_shapes(node: onnx.NodeProto, shapes: dict[str, TypedShape],
+                  proto: onnx.ModelProto) -> list[onnx.ValueInfoProto] | None:
+    """Value infos of a data-dependent node's outputs at their upper bound
+    (None: its inputs do not bound them)."""
+    ins = node.input
+    attrs, _, _, _ = read_attrs(node.attribute)
+
+    def int_value(pos: int) -> int | None:
+        return _const_int(proto, ins[pos]) if len(ins) > pos and ins[pos] else None
+
+    typed = data_dependent.bound_shapes(node.op_type, [shapes.get(i) if i else None for i in ins],
+                                        attrs, len(node.output), int_value)
+    if typed is None or len(typed) < len(node.output):
+        return None
+    return [helper.make_tensor_value_info(o, elem, list(shape))
+            for o, (elem, shape) in zip(node.output, typed) if o and o not in shapes]
 
 
 def _contrib_shapes(node: onnx.NodeProto, shapes: dict[str, TypedShape]

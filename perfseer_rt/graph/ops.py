@@ -416,6 +416,27 @@ def _quantize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(2 * outs[0].elems)
 
 
+#: FLOPs of one intersection-over-union test of two boxes (4 min/max, 3
+#: subtractions, 3 multiplications, a division and a comparison).
+IOU_FLOPS = 12
+
+
+def _nms(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """NonMaxSuppression (boxes [B, N, 4], scores [B, C, N]) -> [S, 3]:
+    per batch and class, sort the N scores (N log2 N), then test each of the
+    K kept boxes against the candidates after it (N K - K (K + 1) / 2 IoU
+    tests), with K = S / (B C): the selected count, an upper bound when the
+    data decides it (:mod:`perfseer_rt.graph.data_dependent`)."""
+    scores = _t(ins[1]).shape
+    if len(scores) != 3:
+        raise ValueError("scores must be [batch, classes, boxes]")
+    b, c, n = scores
+    lists = b * c
+    k = min(n, outs[0].shape[0] // lists) if lists and outs[0].shape else 0
+    pairs = n * k - k * (k + 1) // 2
+    return NodeCost(float(lists * (IOU_FLOPS * pairs + n * math.log2(max(n, 1)))))
+
+
 def _zero(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(0.0)
 
@@ -444,6 +465,7 @@ COST_RULES: dict[str, CostRule] = {
     "MatMulIntegerToFloat": _integer_matmul, "ConvInteger": _integer_conv,
     "DynamicQuantizeLinear": _dynamic_quantize,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
+    "NonMaxSuppression": _nms,
     # onnxruntime contrib ops (shapes: perfseer_rt.graph.contrib)
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,

@@ -23,8 +23,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 # The only torchvision wheel here is a CUDA build whose ops fail to register
 # under the CPU torch ("operator torchvision::nms does not exist"), and
-# transformers imports it when it is installed: hide it (no model here needs it).
-sys.modules["torchvision"] = None
+# transformers imports it when it is installed: its operators are declared
+# first, with CPU kernels for exporting the detection model.
+from training.zoo.real.torchvision_compat import export_kernels  # noqa: E402
+
+export_kernels()
 
 
 def build_genai(arch: str, precision: str) -> onnx.ModelProto:
@@ -181,6 +184,19 @@ def fp16(proto: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def ssdlite() -> onnx.ModelProto:
+    """torchvision's SSDlite320 (MobileNetV3 backbone) with 3 classes and its
+    post-processing: NonZero, TopK, NonMaxSuppression and an If per image."""
+    from torchvision.models.detection import ssdlite320_mobilenet_v3_large
+
+    model = ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3)
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        f = Path(tmp) / "m.onnx"
+        torch.onnx.export(model.eval(), ([torch.rand(3, 320, 320)],), str(f), dynamo=False,
+                          opset_version=17, input_names=["image"])
+        return onnx.load(str(f))
+
+
 def main() -> None:
     torch.manual_seed(0)
     small_bert = bert()
@@ -194,6 +210,7 @@ def main() -> None:
         "llama_dynamo_op20.onnx": lambda: llama_dynamo(20),
         "llama_dynamo_op23.onnx": lambda: llama_dynamo(23),
         "genai_llama_int4.onnx": lambda: build_genai("llama", "int4"),
+        "ssdlite_detection.onnx": ssdlite,
     }
     only = set(sys.argv[1:])
     for name, build in builders.items():

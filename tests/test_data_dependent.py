@@ -1,0 +1,191 @@
+"""Output sizes that depend on the data (NonZero, TopK with a run-time K,
+NonMaxSuppression, Unique, Compress; If branches of different sizes):
+extraction assumes their upper bound and says so (issue 13, "every real
+model": detection models). The bound is checked against onnxruntime running
+the same graphs on random data."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from perfseer_rt import extract
+from perfseer_rt.errors import ShapeError
+from perfseer_rt.graph import data_dependent
+from perfseer_rt.graph.layout import NODE_COLUMNS
+from perfseer_rt.graph.ops import IOU_FLOPS
+from perfseer_rt.predict.api import predict
+from tests.onnx_builders import const
+
+I64 = TensorProto.INT64
+MODELS = Path(__file__).parent / "models"
+
+
+def _typed(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _with_consumers(nodes, tensors):
+    """Each tensor in ``tensors`` read by a Cast, so that it is an edge of the PerfGraph."""
+    return nodes + [helper.make_node("Cast", [t], [f"{t}_f"], to=TensorProto.FLOAT)
+                    for t in tensors]
+
+
+def _data_dependent_model(per_class: int) -> onnx.ModelProto:
+    watched = ["nz", "tv", "ti", "sel", "uy", "ui", "uinv", "uc", "cy"]
+    nodes = _with_consumers([
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("TopK", ["x", "k"], ["tv", "ti"], axis=1),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo"], ["sel"]),
+        helper.make_node("Unique", ["x"], ["uy", "ui", "uinv", "uc"], sorted=1),
+        helper.make_node("Compress", ["x", "cond"], ["cy"], axis=1),
+    ], watched)
+    graph = helper.make_graph(
+        nodes, "g",
+        [_typed("x", TensorProto.FLOAT, ["N", "M"]), _typed("k", I64, [1]),
+         _typed("boxes", TensorProto.FLOAT, [1, "B", 4]),
+         _typed("scores", TensorProto.FLOAT, [1, "C", "B"]),
+         _typed("cond", TensorProto.BOOL, ["M"])],
+        [helper.make_tensor_value_info(f"{t}_f", TensorProto.FLOAT, None) for t in watched],
+        initializer=[const("maxo", (1,), [per_class], dtype=np.int64)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 5), m=st.integers(1, 5), boxes=st.integers(1, 8),
+       classes=st.integers(1, 3), per_class=st.integers(0, 10), seed=st.integers(0, 2**16))
+def test_the_assumed_sizes_bound_what_onnxruntime_produces(n, m, boxes, classes, per_class, seed):
+    proto = _data_dependent_model(per_class)
+    graph = extract(proto, dims={"N": n, "M": m, "B": boxes, "C": classes})
+    ours = dict(zip(graph.edge_tensors, graph.edge_shapes))
+    kept = classes * min(boxes, per_class)
+    assert ours["nz"] == (2, n * m)
+    assert ours["tv"] == ours["ti"] == (n, m)
+    assert ours["sel"] == (kept, 3)
+    assert ours["uy"] == ours["ui"] == ours["uinv"] == ours["uc"] == (n * m,)
+    assert ours["cy"] == (n, m)
+    assert np.isfinite(graph.x).all() and (graph.x >= 0).all()
+    assert any("NonZero: every element non-zero" in w for w in graph.warnings)
+
+    rng = np.random.default_rng(seed)
+    corners = rng.random((1, boxes, 2), dtype=np.float32)
+    feeds = {
+        "x": ((rng.random((n, m)) < 0.5) * rng.integers(0, 3, (n, m))).astype(np.float32),
+        "k": np.array([rng.integers(1, m + 1)], dtype=np.int64),
+        "boxes": np.concatenate([corners, corners + rng.random((1, boxes, 2),
+                                                               dtype=np.float32)], axis=2),
+        "scores": rng.random((1, classes, boxes), dtype=np.float32),
+        "cond": rng.random(m) < 0.5,
+    }
+    m_all = onnx.ModelProto()
+    m_all.CopyFrom(proto)
+    for t in ours:
+        m_all.graph.output.append(onnx.ValueInfoProto(name=t))
+    sess = ort.InferenceSession(m_all.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    for name, value in zip(names, sess.run(None, feeds)):
+        if name in ours:
+            bound = ours[name]
+            assert len(bound) == value.ndim, name
+            assert all(b >= a for b, a in zip(bound, value.shape)), (name, bound, value.shape)
+
+
+def test_nms_is_costed_by_its_pair_tests():
+    graph = extract(_data_dependent_model(per_class=3), dims={"N": 2, "M": 2, "B": 8, "C": 2})
+    row = graph.node_ops.index("NonMaxSuppression")
+    n, k, lists = 8, 3, 2  # boxes, kept per class (max_output_boxes_per_class), batch x classes
+    expected = lists * (IOU_FLOPS * (n * k - k * (k + 1) // 2) + n * 3.0)  # log2(8) = 3
+    assert graph.x[row, NODE_COLUMNS.index("flops")] == pytest.approx(expected)
+
+
+def test_bound_shapes_refuse_what_they_cannot_bound():
+    none = lambda pos: None  # noqa: E731
+    assert data_dependent.bound_shapes("NonZero", [None], {}, 1, none) is None
+    assert data_dependent.bound_shapes("TopK", [(1, (2, 3))], {"axis": 5}, 2, none) is None
+    # boxes and scores disagree on the box count
+    assert data_dependent.bound_shapes("NonMaxSuppression", [(1, (1, 4, 4)), (1, (1, 2, 5))],
+                                       {}, 1, none) is None
+    # no max_output_boxes_per_class input: 0 boxes per class (the ONNX default)
+    assert data_dependent.bound_shapes("NonMaxSuppression", [(1, (1, 4, 4)), (1, (1, 2, 4))],
+                                       {}, 1, none) == [(7, (0, 3))]
+    assert data_dependent.bound_shapes("Unique", [(1, (2, 3))], {"axis": 1}, 4, none) == [
+        (1, (2, 3)), (7, (3,)), (7, (3,)), (7, (3,))]
+    assert data_dependent.bound_shapes("Compress", [(1, (4, 5)), (9, (7,))], {}, 1, none) == [
+        (1, (7,))]
+
+
+def _if_model() -> onnx.ModelProto:
+    """An If whose then-branch is an empty constant and whose else-branch
+    takes the non-zero positions of an outer tensor, sliced with axes from
+    an outer Constant node (torchvision's batched_nms has this shape)."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["empty"],
+                          value=helper.make_tensor("e", I64, [1, 0], []))],
+        "then", [], [_typed("empty", I64, [1, 0])])
+    else_branch = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]),
+         helper.make_node("Constant", [], ["starts"], value=helper.make_tensor("s", I64, [1], [0])),
+         helper.make_node("Constant", [], ["ends"], value=helper.make_tensor("e2", I64, [1], [1])),
+         helper.make_node("Slice", ["nz", "starts", "ends", "axes"], ["rows"])],
+        "else", [], [_typed("rows", I64, None)])
+    nodes = [
+        helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("a", I64, [1], [0])),
+        helper.make_node("Relu", ["x0"], ["x"]),
+        helper.make_node("If", ["c"], ["picked"], then_branch=then_branch,
+                         else_branch=else_branch),
+        helper.make_node("Cast", ["picked"], ["out"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(nodes, "g", [_typed("x0", TensorProto.FLOAT, ["N", 6]),
+                                           _typed("c", TensorProto.BOOL, [])],
+                              [_typed("out", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def test_an_if_takes_the_larger_of_its_branches():
+    proto = _if_model()
+    graph = extract(proto, batch=2)
+    ours = dict(zip(graph.edge_tensors, graph.edge_shapes))
+    assert ours["picked"] == (1, 12)  # then (1, 0), else (1, 2 x 6) non-zeros at most
+    assert not graph.unknown_ops
+    assert any("costed as its heavier branch (else_branch" in w for w in graph.warnings)
+    assert any(w.startswith("the output sizes of 1 NonZero node(s)") for w in graph.warnings)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    x0 = np.array([[1, 0, 2, 0, 3, 0]] * 2, dtype=np.float32)
+    for c in (True, False):
+        out, = sess.run(None, {"x0": x0, "c": np.array(c)})
+        assert out.ndim == 2 and out.shape[1] <= 12
+
+
+def test_sizes_computed_from_run_time_values_are_a_clear_shape_error():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [_typed("x", TensorProto.FLOAT, [2, 3]),
+                                           _typed("s", I64, [2])],
+                              [_typed("z", TensorProto.FLOAT, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ShapeError, match="depend on values only known at run time"):
+        extract(proto)
+
+
+def test_a_torchvision_detection_model_extracts_and_predicts():
+    """SSDlite320 (3 classes, structure-only): its post-processing has
+    NonZero, TopK with K = min(candidates, count), NonMaxSuppression inside
+    an If (torchvision's batched_nms), and failed with "the shapes of 835
+    tensor(s) could not be inferred" before."""
+    path = MODELS / "ssdlite_detection.onnx"
+    graph = extract(path)
+    assert not graph.unknown_ops
+    assert graph.node_ops.count("Conv") == 98
+    note = next(w for w in graph.warnings if w.startswith("the output sizes of"))
+    assert "NonMaxSuppression" in note and "4 NonZero" in note
+    result, = predict([path])
+    assert result["metrics"]["latency_ms"]["value"] > 0
+    assert note in result["warnings"]
