@@ -35,6 +35,7 @@ ASSUMED = {
     "TopK": "K = the whole axis",
     "Unique": "every value distinct",
     "Compress": "every condition true",
+    "Loop": "an empty loop-carried tensor gains one row per iteration",
 }
 
 #: The warning when any size was assumed (ops: "3 NonZero, 1 TopK").

@@ -867,7 +867,10 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         warnings.append(EXTERNAL_WEIGHTS_WARNING.format(share=st.external_share))
     warnings += control_notes
     if assumed:
-        warnings.append(data_dependent.warning(assumed))
+        counts: dict[str, int] = {}
+        for op in assumed.values():
+            counts[op] = counts.get(op, 0) + 1
+        warnings.append(data_dependent.warning(counts))
     warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v, why=why)
                  for k, (v, why) in implied.items()]
     return PerfGraph(
@@ -879,12 +882,13 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
 
 def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
                     deadline: Deadline, depth: int, reuse_skeleton: bool = False
-                    ) -> tuple[dict[str, TypedShape], str, dict[str, int]]:
+                    ) -> tuple[dict[str, TypedShape], str, dict[str, str]]:
     """Shapes of the model's tensors at these input shapes: the Python pass,
     else onnx's inference on the skeleton completed by the documented rules
-    (:func:`_assume_unknown_op_shapes`). Returns the shapes, the engine that
-    gave them and the data-dependent nodes assumed at their bound (op ->
-    count); tensors of ``needed`` may be missing (the caller says which)."""
+    (:class:`_Completion`, :func:`_assume_unknown_op_shapes`). Returns the
+    shapes, the engine that gave them and the data-dependent nodes assumed
+    at their bound (first output -> op); tensors of ``needed`` may be
+    missing (the caller says which)."""
     fast = st.propagate(inputs, deadline)
     if fast is not None:
         return fast, "perfseer", {}
@@ -893,14 +897,80 @@ def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
     sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
     kept_set = set(kept)
     folded = [n for i, n in enumerate(sk_nodes) if i not in kept_set]
-    shapes, engine = infer_shapes(sk, needed, folded, deadline, st.proto)
+    completion = _Completion(st.proto, (st.max_nodes, depth), deadline)
+    shapes, engine = infer_shapes(sk, needed, folded, deadline, st.proto, fill=completion)
     all_outs = {o for i in kept for o in st.table[i][4] if o}
-    if shapes.keys() >= all_outs and _CONTROL_FLOW.isdisjoint(st.table[i][0] for i in kept):
-        return shapes, engine, {}
-    shapes, assumed = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed,
-                                                folded, deadline, st.proto,
-                                                (st.max_nodes, depth))
-    return shapes, engine, assumed
+    if shapes.keys() >= all_outs and (completion.assumed or _CONTROL_FLOW.isdisjoint(
+            st.table[i][0] for i in kept)):
+        return shapes, engine, completion.assumed
+    shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed, folded,
+                                       deadline, completion)
+    return shapes, engine, completion.assumed
+
+
+class _Completion:
+    """The documented rules for outputs that onnx's inference leaves open on
+    standard ops: data-dependent sizes at their upper bound
+    (:mod:`perfseer_rt.graph.data_dependent`) and an If's outputs (the larger
+    of its branches, :func:`_if_output_types`). Called node by node by
+    :func:`perfseer_rt.graph.shapes.infer_shapes` (one topological pass) and
+    by the rounds of :func:`_assume_unknown_op_shapes`; ``assumed`` collects
+    the bounded nodes (first output -> op), each once."""
+
+    def __init__(self, proto: onnx.ModelProto, nesting: tuple[int, int], deadline: Deadline):
+        self.proto = proto
+        self.nesting = nesting  # (node cap, depth of this graph)
+        self.deadline = deadline
+        self.assumed: dict[str, str] = {}
+
+    def __call__(self, node: onnx.NodeProto, shapes: dict[str, TypedShape],
+                 values: dict[str, np.ndarray]) -> list[TypedShape | None] | None:
+        """The output types of ``node`` by the rules (None: no rule applies)."""
+        op = node.op_type
+        if node.domain not in ("", "ai.onnx") or not node.output:
+            return None
+        if op == "If":
+            return _if_output_types(node, shapes, self.proto, self.nesting, self.deadline,
+                                    self.assumed)
+        ins = node.input
+
+        def int_value(pos: int) -> int | None:
+            name = ins[pos] if len(ins) > pos else ""
+            if not name:
+                return None
+            v = values.get(name)
+            if v is None:
+                return _const_int(self.proto, name)
+            flat = np.asarray(v).ravel()
+            return int(flat[0]) if flat.size == 1 and 0 <= flat[0] <= 2**31 else None
+
+        if op == "Loop":
+            return self._loop(node, shapes, int_value(0))
+        if op not in data_dependent.DATA_DEPENDENT_OPS:
+            return None
+        attrs, _, _, _ = read_attrs(node.attribute)
+        typed = data_dependent.bound_shapes(op, [shapes.get(i) if i else None for i in ins],
+                                            attrs, len(node.output), int_value)
+        if typed is None or len(typed) < len(node.output):
+            return None
+        self.assumed.setdefault(node.output[0], op)
+        return list(typed)
+
+    def _loop(self, node: onnx.NodeProto, shapes: dict[str, TypedShape], trips: int | None
+              ) -> list[TypedShape | None]:
+        """A Loop's carried outputs keep their carried inputs' shapes, except
+        an empty one (a first dim of 0: the list a scripted loop appends to),
+        which gains one row per iteration (``trips``, or the one iteration the
+        cost assumes when the trip count is unknown before run time); its scan
+        outputs stay open."""
+        out: list[TypedShape | None] = []
+        for o, i in zip(node.output, node.input[2:]):
+            typed = shapes.get(i) if o and i else None
+            if typed is not None and typed[1] and typed[1][0] == 0:
+                typed = (typed[0], (1 if trips is None else trips, *typed[1][1:]))
+                self.assumed.setdefault(o, "Loop")
+            out.append(typed)
+        return out
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
@@ -1178,60 +1248,69 @@ def _edge_row(shape: Shape, itemsize: float, elems: int) -> list[float]:
 
 
 def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, TypedShape],
-                         proto: onnx.ModelProto, nesting: tuple[int, int], deadline: Deadline,
-                         assumed: dict[str, int]) -> list[onnx.ValueInfoProto]:
-    """Shapes onnx leaves open on control flow: a Loop's or Scan's carried
-    outputs keep their carried inputs' shapes; an If's outputs take, dim by
-    dim, the larger of its two branches' shapes (each branch's declared
-    static shape, else the shapes of the branch extracted as a model of its
-    own; the cost takes the heavier branch too), or the then-branch's
-    declared static shape where only it is known. Data-dependent sizes
-    bounded inside a branch are added to ``assumed``."""
+                         completion: _Completion) -> list[onnx.ValueInfoProto]:
+    """Shapes onnx leaves open on control flow: a Scan's carried outputs
+    keep their carried inputs' shapes; a Loop's and an If's outputs are
+    typed by ``completion`` (:meth:`_Completion._loop`,
+    :func:`_if_output_types`)."""
     extra = []
     for n in nodes:
-        if n.op_type == "Loop":
-            pairs = zip(n.output, n.input[2:])
-        elif n.op_type == "Scan":
-            n_scan = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
-            pairs = zip(n.output, n.input[:len(n.input) - n_scan])
-        elif n.op_type == "If":
+        if n.op_type in ("Loop", "If"):
             if all(not o or o in shapes for o in n.output):
                 continue
-            branches = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
-            typed = [_branch_output_types(branches.get(b), proto, shapes, nesting, deadline,
-                                          assumed) for b in ("then_branch", "else_branch")]
-            for i, o in enumerate(n.output):
-                then, other = (t[i] if t is not None and len(t) > i else None for t in typed)
-                if not o or o in shapes or then is None:
-                    continue
-                if other is not None and len(other[1]) == len(then[1]):
-                    then = (then[0], tuple(map(max, then[1], other[1])))
-                elif not then[1] or min(then[1]) < 1:
-                    continue  # the else branch unknown: only a plain static shape is taken
-                extra.append(helper.make_tensor_value_info(o, then[0], list(then[1])))
-            continue
-        else:
-            continue
-        for o, i in pairs:
-            if o and o not in shapes and i in shapes:
-                extra.append(helper.make_tensor_value_info(o, shapes[i][0], list(shapes[i][1])))
+            typed = completion(n, shapes, {})
+            for o, t in zip(n.output, typed or ()):
+                if o and o not in shapes and t is not None:
+                    extra.append(helper.make_tensor_value_info(o, t[0], list(t[1])))
+        elif n.op_type == "Scan":
+            n_scan = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+            for o, i in zip(n.output, n.input[:len(n.input) - n_scan]):
+                if o and o not in shapes and i in shapes:
+                    extra.append(helper.make_tensor_value_info(o, shapes[i][0],
+                                                               list(shapes[i][1])))
     return extra
+
+
+def _if_output_types(node: onnx.NodeProto, shapes: dict[str, TypedShape],
+                     proto: onnx.ModelProto, nesting: tuple[int, int], deadline: Deadline,
+                     assumed: dict[str, str]) -> list[TypedShape | None]:
+    """An If's output types: dim by dim the larger of its two branches'
+    shapes (each branch's declared static shape, else the shapes of the
+    branch extracted as a model of its own; the cost takes the heavier
+    branch too), or the then-branch's declared static shape where only it is
+    known (None for an output neither gives). Data-dependent sizes bounded
+    inside a branch are added to ``assumed``."""
+    branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    typed = [_branch_output_types(branches.get(b), proto, shapes, nesting, deadline, assumed)
+             for b in ("then_branch", "else_branch")]
+    out: list[TypedShape | None] = []
+    for i in range(len(node.output)):
+        then, other = (t[i] if t is not None and len(t) > i else None for t in typed)
+        if then is not None and other is not None and len(other[1]) == len(then[1]):
+            then = (then[0], tuple(map(max, then[1], other[1])))
+        elif then is not None and (not then[1] or min(then[1]) < 1):
+            then = None  # the else branch unknown: only a plain static shape is taken
+        out.append(then)
+    return out
 
 
 def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
                          shapes: dict[str, TypedShape], nesting: tuple[int, int],
-                         deadline: Deadline, assumed: dict[str, int]
+                         deadline: Deadline, assumed: dict[str, str]
                          ) -> list[TypedShape | None] | None:
-    """Each output's type of an If branch: declared static, else inferred by
-    extracting the branch's shapes (None per output where neither works;
-    None for all while a tensor the branch reads from outside is unknown)."""
+    """Each output's type of an If branch: declared static with every dim
+    >= 1, else inferred by extracting the branch's shapes (None per output
+    where neither works). A declared 0 is not taken: torch's exporter
+    declares the sizes it traced, and a detector traced on an image where it
+    found nothing declares its detections' outputs empty."""
     if branch is None:
         return None
     declared: list[TypedShape | None] = []
     for vi in branch.output:
         tt = vi.type.tensor_type
         dims = list(tt.shape.dim)
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+        if tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0
+                                        for d in dims):
             declared.append((tt.elem_type, tuple(d.dim_value for d in dims)))
         else:
             declared.append(None)
@@ -1253,9 +1332,9 @@ def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
     except PerfSeerError:
         return declared
     typed = [t if t is not None else found.get(vi.name) for t, vi in zip(declared, branch.output)]
-    if all(t is not None for t in typed):  # counted once: the If is then typed
-        for op, k in inner.items():
-            assumed[op] = assumed.get(op, 0) + k
+    if all(t is not None for t in typed):
+        for o, op in inner.items():
+            assumed.setdefault(o, op)
     return typed
 
 
@@ -1274,24 +1353,20 @@ def _has_schema(node: onnx.NodeProto) -> bool:
 def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
                               shapes: dict[str, TypedShape], needed: set[str],
                               folded: list[onnx.NodeProto], deadline: Deadline,
-                              proto: onnx.ModelProto, nesting: tuple[int, int]
-                              ) -> tuple[dict[str, TypedShape], dict[str, int]]:
+                              completion: _Completion) -> dict[str, TypedShape]:
     """Outputs of ops onnx has no schema for (custom domains) are typed by
     their rule where they have one (:mod:`perfseer_rt.graph.contrib`: the
     contrib ops of onnxruntime), else assumed to keep the shape and type of
-    their first input; outputs of standard ops whose sizes depend on the data
-    take their upper bound (:mod:`perfseer_rt.graph.data_dependent`);
-    inference is re-run from there so that the rest of the graph resolves.
-    Documented rules; other standard ops are never guessed. Returns the
-    shapes and the data-dependent nodes bounded, by op. ``nesting``: the
-    node cap and the depth of this graph (for If branches)."""
-    assumed: dict[str, int] = {}
+    their first input; control flow and standard ops whose sizes depend on
+    the data take ``completion``'s rules; inference is re-run from there so
+    that the rest of the graph resolves. Documented rules; other standard
+    ops are never guessed."""
     for _ in range(GUESS_ROUNDS):
-        extra = _control_flow_shapes(nodes, shapes, proto, nesting, deadline, assumed)
+        extra = _control_flow_shapes(nodes, shapes, completion)
         todo = [n for n in nodes if any(o and o not in shapes for o in n.output)
                 and n.input and n.input[0] in shapes and not _has_schema(n)]
         bounded = [n for n in nodes if n.op_type in data_dependent.DATA_DEPENDENT_OPS
-                   and n.domain in ("", "ai.onnx") and n.input and n.input[0] in shapes
+                   and n.input and n.input[0] in shapes
                    and any(o and o not in shapes for o in n.output)]
         if not todo and not extra and not bounded:
             break
@@ -1303,36 +1378,18 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o, (elem, shape) in zip(n.output, typed) if o and o not in shapes]
         for n in bounded:
-            found = _bound_shapes(n, shapes, proto)
-            if found is not None:
-                extra += found
-                assumed[n.op_type] = assumed.get(n.op_type, 0) + 1
+            extra += [helper.make_tensor_value_info(o, t[0], list(t[1]))
+                      for o, t in zip(n.output, completion(n, shapes, {}) or ())
+                      if o and o not in shapes and t is not None]
         if not extra:
             break
         sk.graph.value_info.extend(extra)
-        new, _ = infer_shapes(sk, needed, folded, deadline, proto, data_prop=not assumed)
+        new, _ = infer_shapes(sk, needed, folded, deadline, completion.proto,
+                              data_prop=not completion.assumed, fill=completion)
         if len(new) <= len(shapes):
             break
         shapes = new
-    return shapes, assumed
-
-
-def _bound_shapes(node: onnx.NodeProto, shapes: dict[str, TypedShape],
-                  proto: onnx.ModelProto) -> list[onnx.ValueInfoProto] | None:
-    """Value infos of a data-dependent node's outputs at their upper bound
-    (None: its inputs do not bound them)."""
-    ins = node.input
-    attrs, _, _, _ = read_attrs(node.attribute)
-
-    def int_value(pos: int) -> int | None:
-        return _const_int(proto, ins[pos]) if len(ins) > pos and ins[pos] else None
-
-    typed = data_dependent.bound_shapes(node.op_type, [shapes.get(i) if i else None for i in ins],
-                                        attrs, len(node.output), int_value)
-    if typed is None or len(typed) < len(node.output):
-        return None
-    return [helper.make_tensor_value_info(o, elem, list(shape))
-            for o, (elem, shape) in zip(node.output, typed) if o and o not in shapes]
+    return shapes
 
 
 def _contrib_shapes(node: onnx.NodeProto, shapes: dict[str, TypedShape]

@@ -437,6 +437,25 @@ def _nms(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(float(lists * (IOU_FLOPS * pairs + n * math.log2(max(n, 1)))))
 
 
+#: FLOPs of one bilinear sample (four weights, four multiply-adds, the
+#: accumulation into its bin).
+BILINEAR_FLOPS = 10
+#: Samples per RoiAlign bin when ``sampling_ratio`` is 0 (adaptive: set by
+#: each region's size, known only at run time): 2 x 2 assumed.
+ADAPTIVE_SAMPLES = 4
+
+
+def _roi_align(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """RoiAlign: every output element (one bin of one region) averages or
+    maxes ``sampling_ratio``^2 bilinear samples (ADAPTIVE_SAMPLES when the
+    ratio is 0)."""
+    ratio = attrs.get("sampling_ratio", 0)
+    if type(ratio) is not int or not 0 <= ratio <= 1 << 16:
+        raise ValueError("sampling_ratio out of range")
+    samples = ratio * ratio if ratio else ADAPTIVE_SAMPLES
+    return NodeCost(float(BILINEAR_FLOPS * samples * outs[0].elems))
+
+
 def _zero(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(0.0)
 
@@ -465,7 +484,7 @@ COST_RULES: dict[str, CostRule] = {
     "MatMulIntegerToFloat": _integer_matmul, "ConvInteger": _integer_conv,
     "DynamicQuantizeLinear": _dynamic_quantize,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
-    "NonMaxSuppression": _nms,
+    "NonMaxSuppression": _nms, "RoiAlign": _roi_align,
     # onnxruntime contrib ops (shapes: perfseer_rt.graph.contrib)
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,

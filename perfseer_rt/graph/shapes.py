@@ -15,7 +15,7 @@ beyond onnx.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -329,7 +329,8 @@ def _onnx_infer(sk: onnx.ModelProto, data_prop: bool = True) -> dict[str, TypedS
 
 def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: Sequence[onnx.NodeProto] = (),
                  deadline: Deadline | None = None, model: onnx.ModelProto | None = None,
-                 data_prop: bool = True) -> tuple[dict[str, TypedShape], str]:
+                 data_prop: bool = True, fill: Fill | None = None
+                 ) -> tuple[dict[str, TypedShape], str]:
     """Infer static shapes; returns them and which engine produced them.
 
     ``needed`` are the tensors the caller must have shapes for. When onnx's
@@ -342,7 +343,9 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: Sequence[onnx.No
     onnx's data propagation off (the constant evaluation still runs): once
     data-dependent sizes are bounded, it would propagate index tensors of
     hundreds of thousands of elements dim by dim (RetinaNet: 4.7 CPU-s
-    with it, 0.5 without, every shape the same).
+    with it, 0.5 without, every shape the same). ``fill`` types the outputs
+    that onnx's inference of a node leaves open in the one-pass completion
+    (:func:`_complete_per_node`; the caller's documented rules).
     """
     shapes = _onnx_infer(sk, data_prop) or _collect(sk)
     engine = "onnx"
@@ -350,9 +353,12 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: Sequence[onnx.No
     if model is not None and needed - shapes.keys() and folded:
         values.update(_small_initializers(model, sk))
     if needed - shapes.keys() and folded:
-        done = _complete_per_node(sk, folded, shapes, values, deadline)
-        if done is not None and not needed - done.keys():
-            return done, "onnx+constant-evaluation"
+        done = _complete_per_node(sk, folded, shapes, values, deadline, fill)
+        if done is not None:
+            if not needed - done[0].keys():
+                return done[0], "onnx+constant-evaluation"
+            if done[1]:  # ``fill`` typed some outputs: the rounds go on from there
+                shapes = done[0]
     for _ in range(16):
         if not needed - shapes.keys() or not folded:
             break
@@ -398,7 +404,8 @@ def _with_initializers(sk: onnx.ModelProto, known: dict[str, np.ndarray]) -> dic
 
 def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                        shapes: dict[str, TypedShape], known: dict[str, np.ndarray],
-                       deadline: Deadline | None) -> dict[str, TypedShape] | None:
+                       deadline: Deadline | None, fill: Fill | None = None
+                       ) -> tuple[dict[str, TypedShape], bool] | None:
     """Shapes that whole-graph inference left open, in one topological pass.
 
     Folded nodes get their values (:func:`_fast_value`, ``Shape``/``Size``
@@ -408,8 +415,10 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
     constant values among them. This replaces rounds of whole-graph
     inference (one per level of shape dependency) by one pass. A computed
     value's tensor takes the value's type and shape, as when values are
-    injected as initializers. Returns the completed shapes, or None (the
-    caller falls back to rounds) on any failure.
+    injected as initializers. Outputs still open on a standard op (control
+    flow included) are given to ``fill`` with the shapes and values so far.
+    Returns the completed shapes and whether ``fill`` typed any output, or
+    None (the caller falls back to rounds) on any failure.
     """
     from onnx.reference import ReferenceEvaluator  # lazy: only models that need it
 
@@ -419,6 +428,7 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
     opsets = {(imp.domain or ""): imp.version for imp in sk.opset_import}
     opset_list = list(sk.opset_import)
     computed: dict[str, np.ndarray] = {}
+    filled = False
     try:
         for k, node in enumerate(sk.graph.node):
             if deadline is not None and not k % 512:
@@ -462,7 +472,8 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                 continue
             if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                    for a in node.attribute):
-                continue  # control flow: left to the caller's rules
+                filled |= _fill(fill, node, shapes, avail, missing)  # control flow: caller's rules
+                continue
             domain = "" if node.domain == "ai.onnx" else node.domain
             schema = _schema(op, domain, opsets.get(domain, 0)) if domain in opsets else None
             if schema is None:
@@ -485,12 +496,35 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                     typed = static_type(res[o]) if o in res else None
                     if typed is not None:
                         shapes[o] = typed
+                if any(o not in shapes for o in missing):
+                    filled |= _fill(fill, node, shapes, avail, missing)
     except LimitError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure: the caller's rounds decide
         log.debug("per-node shape completion failed: %s", exc)
         return None
-    return shapes
+    return shapes, filled
+
+
+#: Types the outputs of a node that onnx's inference leaves open (None per
+#: output or for all: no rule); see :func:`infer_shapes`.
+Fill = Callable[[onnx.NodeProto, dict[str, TypedShape], dict[str, np.ndarray]],
+                Sequence[TypedShape | None] | None]
+
+
+def _fill(fill: Fill | None, node: onnx.NodeProto, shapes: dict[str, TypedShape],
+          values: dict[str, np.ndarray], missing: list[str]) -> bool:
+    """Shapes of ``missing`` outputs of ``node`` from ``fill``, where it has
+    them; whether it gave any."""
+    if fill is None:
+        return False
+    typed = fill(node, shapes, values)
+    gave = False
+    for o, t in zip(node.output, typed or ()):
+        if t is not None and o in missing and o not in shapes:
+            shapes[o] = t
+            gave = True
+    return gave
 
 
 def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ imported. Everything timm uses from torchvision is pure Python and works;
 calling ``torchvision.ops.nms`` would raise "no kernel", and no zoo model
 does. Nothing is patched inside torch or torchvision, except by
 :func:`export_kernels` (for exporting detection models): it adds CPU kernels
-for ``nms`` and ``roi_align`` and replaces ``torchvision.extension._has_ops``.
+for ``nms`` and ``roi_align`` and replaces torchvision's ``_has_ops`` check.
 """
 
 from __future__ import annotations
@@ -117,7 +117,10 @@ def export_kernels() -> None:
     lib.impl("roi_align", _roi_align_shape, "CPU")
     lib._perfseer_export = True  # type: ignore[attr-defined]
     extension = importlib.import_module("torchvision.extension")
-    extension._has_ops = _has_ops  # type: ignore[attr-defined]
+    original = extension._has_ops  # type: ignore[attr-defined]
+    for name, module in list(sys.modules.items()):  # modules that imported it by name too
+        if name.startswith("torchvision") and getattr(module, "_has_ops", None) is original:
+            module._has_ops = _has_ops  # type: ignore[attr-defined]
 
 
 def _has_ops() -> bool:
