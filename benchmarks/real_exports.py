@@ -12,6 +12,15 @@ Sections (``--only`` picks some):
 * ``ort-optimizer``: BERT, DistilBERT, RoBERTa, GPT-2 and a T5 encoder
   (both exporters, with weights) through onnxruntime's transformer optimizer
   (``optimize_model``, fusions at opt level 1) and its float16 conversion.
+* ``detection``: torchvision's detectors (SSD300, SSDlite320, RetinaNet,
+  FCOS, Faster/Mask/Keypoint R-CNN: NonZero, TopK, NonMaxSuppression, If and
+  Loop in their post-processing) and segmenters (FCN, DeepLabV3, LR-ASPP),
+  random weights, TorchScript exporter, one 3 x 512 x 512 image (320 for
+  the ``_320`` models); every edge tensor's extracted shape is compared
+  with onnxruntime running the model on a random image: equal, or above it
+  dim by dim where the size depends on the data (the extractor assumes the
+  upper bound: :mod:`perfseer_rt.graph.data_dependent`); below it or of
+  another rank fails.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -27,7 +36,7 @@ transformers, torchvision (``ort-optimizer``: onnxruntime's transformers
 tools; ``genai``: onnxruntime-genai, skipped when absent).
 
 Run: ``python -m benchmarks.real_exports [--only hf genai] [--out F.jsonl]``
-(~20 CPU-minutes in all, most of it exporting).
+(~25 CPU-minutes in all, most of it exporting).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -56,7 +66,7 @@ from perfseer_rt.graph import layout  # noqa: E402
 from perfseer_rt.graph.perfgraph import PerfGraph  # noqa: E402
 from tests.contrib_models import run_shapes  # noqa: E402
 from training.zoo.export import export_onnx, strip_weights  # noqa: E402
-from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
+from training.zoo.real.torchvision_compat import export_kernels, importable_torchvision  # noqa: E402
 
 FLOPS = layout.NODE_COLUMNS.index("flops")
 #: Largest relative FLOPs difference from the peer export that passes.
@@ -251,8 +261,73 @@ def _run_shapes(proto: onnx.ModelProto, shapes: dict) -> dict:
     return {n: tuple(s) for n, s in run_shapes(proto, feeds).items()}
 
 
+DETECTORS = ("ssdlite320_mobilenet_v3_large", "ssd300_vgg16", "retinanet_resnet50_fpn",
+             "fcos_resnet50_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn", "maskrcnn_resnet50_fpn",
+             "keypointrcnn_resnet50_fpn")
+SEGMENTERS = ("fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large")
+
+
+def export_vision_task(name: str, path: Path) -> np.ndarray:
+    """torchvision's detector or segmenter ``name`` (random weights, with
+    them) at ``path``; returns the image it is to be run on."""
+    import torch
+
+    export_kernels()
+    from torchvision.models import detection, segmentation  # type: ignore[import-untyped]
+
+    size = 320 if "_320" in name else 512
+    image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name in SEGMENTERS:
+            model = getattr(segmentation, name)(weights=None, weights_backbone=None).eval()
+            torch.onnx.export(model, (image[None],), str(path), dynamo=False, opset_version=17,
+                              input_names=["image"], dynamic_axes={"image": {0: "batch"}})
+            return image[None].numpy()
+        model = getattr(detection, name)(weights=None, weights_backbone=None).eval()
+        torch.onnx.export(model, ([image],), str(path), dynamo=False, opset_version=17,
+                          input_names=["image"])
+        return image.numpy()
+
+
+def bound_check(path: Path, image: np.ndarray) -> dict:
+    """Extract ``path`` and compare every edge tensor's shape with
+    onnxruntime's on ``image``: exact, above (an assumed bound) or not."""
+    t = time.process_time()
+    g = extract(path)
+    out = summary(g, time.process_time() - t)
+    proto = onnx.load(str(path))
+    ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
+    ran = {n: tuple(s) for n, s in run_shapes(proto, {proto.graph.input[0].name: image}).items()}
+    ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes) if t in ran}
+    above = [t for t, s in ours.items() if s != ran[t] and len(s) == len(ran[t])
+             and all(a >= b for a, b in zip(s, ran[t]))]
+    out["shapes_checked"] = len(ours)
+    out["shapes_exact"] = sum(s == ran[t] for t, s in ours.items())
+    out["shapes_above"] = len(above)
+    out["shape_mismatches"] = [f"{t}: {list(s)} vs {list(ran[t])}" for t, s in ours.items()
+                               if s != ran[t] and t not in above][:5]
+    out["warnings"] = [w for w in g.warnings if "depend on the data" in w or "node '" in w]
+    return out
+
+
+def checked_vision_task(name: str, path: Path) -> dict:
+    """Export ``name`` (:func:`exported`), then :func:`bound_check` it."""
+    images: list[np.ndarray] = []
+    exported(lambda: images.append(export_vision_task(name, path)))
+    return bound_check(path, images[0])
+
+
+def vision_tasks(tmp: Path) -> Iterator[dict]:
+    for name in DETECTORS + SEGMENTERS:
+        row: dict = {"section": "detection", "model": name}
+        attempt(row, "torchscript", partial(checked_vision_task, name, tmp / f"{name}.onnx"))
+        yield row
+
+
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
-    "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer, "genai": genai}
+    "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
+    "detection": vision_tasks, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:

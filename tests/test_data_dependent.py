@@ -189,3 +189,43 @@ def test_a_torchvision_detection_model_extracts_and_predicts():
     result, = predict([path])
     assert result["metrics"]["latency_ms"]["value"] > 0
     assert note in result["warnings"]
+
+
+def _accumulating_loop(trips_known: bool) -> onnx.ModelProto:
+    """A Loop appending one row per iteration to an empty carried tensor (a
+    scripted loop's list; torchvision's Keypoint R-CNN has one)."""
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "zero"], ["row"]),
+         helper.make_node("Concat", ["acc_in", "row"], ["acc_out"], axis=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_typed("i", I64, []), _typed("cond_in", TensorProto.BOOL, []),
+                 _typed("acc_in", TensorProto.FLOAT, [None, 3])],
+        [_typed("cond_out", TensorProto.BOOL, []), _typed("acc_out", TensorProto.FLOAT, [None, 3])],
+        initializer=[const("zero", (1,), [0], dtype=np.int64)])
+    inits = [const("empty", (0, 3)), const("cond", (), True, dtype=np.bool_)]
+    inputs = [_typed("x", TensorProto.FLOAT, [3])]
+    if trips_known:
+        inits.append(const("trips", (), 5, dtype=np.int64))
+    else:
+        inputs.append(_typed("trips", I64, []))
+    nodes = [helper.make_node("Loop", ["trips", "cond", "empty"], ["acc"], body=body),
+             helper.make_node("Relu", ["acc"], ["y"])]
+    graph = helper.make_graph(nodes, "g", inputs, [_typed("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("trips_known", [True, False])
+def test_an_empty_loop_carried_tensor_gains_a_row_per_iteration(trips_known):
+    proto = _accumulating_loop(trips_known)
+    graph = extract(proto)
+    ours = dict(zip(graph.edge_tensors, graph.edge_shapes))
+    assert ours["acc"] == ((5, 3) if trips_known else (1, 3))  # unknown: the 1 iteration the cost assumes
+    assert any("1 Loop node(s)" in w and "one row per iteration" in w for w in graph.warnings)
+    feeds = {"x": np.ones(3, np.float32)}
+    if not trips_known:
+        feeds["trips"] = np.array(1, np.int64)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, feeds)[0].shape == ours["acc"]

@@ -149,3 +149,15 @@ def test_attention_opset23():
               [q, ("k", [2, 4, 16, 8]), ("v", [2, 4, 16, 8])], [("y", None)], opset=23)
     scores = 2 * 4 * 16 * 16
     assert only(extract(m))["flops"] == 2 * 2 * scores * 8 + 5 * scores
+
+
+@pytest.mark.parametrize("ratio, samples", [(2, 4), (3, 9), (0, 4)])
+def test_roi_align_costs_its_bilinear_samples(ratio, samples):
+    # x 1x8x16x16, 5 regions, 7x7 bins: 5*8*7*7 outputs, ratio^2 samples each (0: 2x2 assumed)
+    from perfseer_rt.graph.ops import BILINEAR_FLOPS
+
+    rois, idx = const("rois", (5, 4)), const("idx", (5,), dtype=np.int64)
+    g = extract(single_op("RoiAlign", (1, 8, 16, 16), [rois, idx], extra_inputs=("rois", "idx"),
+                          attrs=dict(output_height=7, output_width=7, sampling_ratio=ratio)))
+    assert not g.unknown_ops
+    assert only(g)["flops"] == BILINEAR_FLOPS * samples * 5 * 8 * 7 * 7
