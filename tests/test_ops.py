@@ -161,3 +161,38 @@ def test_roi_align_costs_its_bilinear_samples(ratio, samples):
                           attrs=dict(output_height=7, output_width=7, sampling_ratio=ratio)))
     assert not g.unknown_ops
     assert only(g)["flops"] == BILINEAR_FLOPS * samples * 5 * 8 * 7 * 7
+
+
+@pytest.mark.parametrize("op, gates, cell", [("LSTM", 4, 24), ("GRU", 3, 16), ("RNN", 1, 4)])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_recurrent_layers_cost_their_gate_gemms_and_cells(op, gates, cell, layout):
+    # bidirectional, seq 5, batch 2, input 3, hidden 4, with bias
+    seq, batch, width, hidden = 5, 2, 3, 4
+    w = const("W", (2, gates * hidden, width))
+    r = const("R", (2, gates * hidden, hidden))
+    b = const("B", (2, 2 * gates * hidden))
+    x_shape = (seq, batch, width) if layout == 0 else (batch, seq, width)
+    g = extract(single_op(op, x_shape, [w, r, b], extra_inputs=("W", "R", "B"), n_outputs=2,
+                          attrs=dict(hidden_size=hidden, direction="bidirectional",
+                                     layout=layout)))
+    assert not g.unknown_ops
+    per_unit = 2 * gates * (width + hidden) + cell + 2 * gates
+    assert only(g)["flops"] == 2 * seq * batch * hidden * per_unit
+    assert only(g)["params"] == sum(int(np.prod(t.dims)) for t in (w, r, b))
+
+
+def test_lrn_grid_sample_and_deform_conv():
+    lrn = extract(single_op("LRN", (1, 8, 5, 5), attrs=dict(size=3)))
+    assert only(lrn)["flops"] == (3 + 5) * 8 * 25
+    grid = const("grid", (1, 6, 7, 2))
+    gs = extract(single_op("GridSample", (1, 4, 10, 10), [grid], extra_inputs=("grid",),
+                           opset=16))
+    assert only(gs)["flops"] == 4 * 4 * 6 * 7  # bilinear: 4 per output, as Resize
+    # DeformConv: x 1x4x8x8, w 6x4x3x3, pad 1 -> 1x6x8x8; offsets 1x18x8x8
+    from perfseer_rt.graph.ops import BILINEAR_FLOPS
+
+    w, off = const("w", (6, 4, 3, 3)), const("off", (1, 18, 8, 8))
+    dc = extract(single_op("DeformConv", (1, 4, 8, 8), [w, off], extra_inputs=("w", "off"),
+                           attrs=dict(pads=[1, 1, 1, 1]), opset=19))
+    assert not dc.unknown_ops
+    assert only(dc)["flops"] == 2 * 6 * 64 * 4 * 9 + BILINEAR_FLOPS * 64 * 4 * 9

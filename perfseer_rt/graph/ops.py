@@ -61,6 +61,7 @@ from typing import Any
 from perfseer_rt.errors import GraphError
 from perfseer_rt.graph import dtypes
 from perfseer_rt.graph.limits import MAX_SPATIAL_ATTR
+from perfseer_rt.graph.recurrent import recurrent_flops
 
 
 class TensorInfo:
@@ -149,7 +150,12 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
         "Sqrt", "Exp", "Log", "Erf", "Relu", "Floor", "Ceil", "Round", "Sign",
         "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And",
         "Or", "Xor", "Not", "Where", "IsNaN", "IsInf", "Sin", "Cos", "BitShift",
-        "Sum", "Max", "Min", "Mean")},
+        "Sum", "Max", "Min", "Mean", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+        "Acosh", "Atanh", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")},
+    "Shrink": 2, "Swish": 5, "SwiGLU": 6,
+    # random generators: a few operations per value drawn
+    **{op: 2 for op in ("RandomNormal", "RandomNormalLike", "RandomUniform",
+                        "RandomUniformLike", "Bernoulli")},
     "LeakyRelu": 2, "PRelu": 2, "Clip": 2, "Elu": 3, "Selu": 3, "Celu": 3,
     "ThresholdedRelu": 1, "HardSigmoid": 3, "HardSwish": 4, "Sigmoid": 4,
     "Tanh": 4, "Softplus": 3, "Softsign": 3, "Mish": 8, "Gelu": 8,
@@ -165,15 +171,18 @@ DATA_MOVEMENT: frozenset[str] = frozenset({
     "CastLike", "Shape", "Size", "DepthToSpace", "SpaceToDepth", "Constant",
     "ConstantOfShape", "Range", "NonZero", "Compress", "OneHot", "Trilu",
     "ReverseSequence", "EyeLike", "SplitToSequence", "ConcatFromSequence",
+    "MaxUnpool", "CenterCropPad", "BitCast", "Optional", "OptionalGetElement",
+    "OptionalHasElement",
 })
 
 _VARIADIC = frozenset({"Sum", "Max", "Min", "Mean"})
-_NORMS = frozenset({"LayerNormalization", "InstanceNormalization",
+_NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "LpNormalization",
+                    "MeanVarianceNormalization",
                     "GroupNormalization", "SimplifiedLayerNormalization",
                     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
                     "EmbedLayerNormalization", "RMSNormalization"})
 _REDUCTIONS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
-                         "ArgMax", "ArgMin", "TopK", "CumSum"})
+                         "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd", "Hardmax"})
 
 
 def channel_dim(shape: tuple[int, ...]) -> int:
@@ -366,12 +375,17 @@ def _reduce(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(_t(ins[0]).elems)
 
 
+#: FLOPs per output element of an interpolation mode (Resize, GridSample).
+INTERPOLATION_FLOPS = {"nearest": 0, "linear": 4, "bilinear": 4, "cubic": 16, "bicubic": 16}
+
+
 def _resize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
-    mode = attrs.get("mode", "nearest")
+    """Resize / Upsample / GridSample: INTERPOLATION_FLOPS of the mode per
+    output element (Resize's default mode is nearest, GridSample's linear)."""
+    mode = attrs.get("mode", "linear" if op == "GridSample" else "nearest")
     if isinstance(mode, bytes):
         mode = mode.decode()
-    per = {"nearest": 0, "linear": 4, "bilinear": 4, "cubic": 16}.get(mode, 4)
-    return NodeCost(per * outs[0].elems)
+    return NodeCost(INTERPOLATION_FLOPS.get(mode, 4) * outs[0].elems)
 
 
 def _elementwise(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
@@ -456,6 +470,36 @@ def _roi_align(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(float(BILINEAR_FLOPS * samples * outs[0].elems))
 
 
+def _recurrent(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """LSTM / GRU / RNN (X, W, R, B, sequence_lens, initial_h[, initial_c, P]):
+    :func:`perfseer_rt.graph.recurrent.recurrent_flops`."""
+    x, w, r = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    present = [t is not None for t in ins]
+    peepholes = op == "LSTM" and len(ins) > 7 and present[7]
+    flops = recurrent_flops(op, x.shape, w.shape, r.shape[-1], attrs.get("layout", 0) == 1,
+                            len(ins) > 3 and present[3], peepholes)
+    return NodeCost(flops, {"in_channels": w.shape[2], "out_channels": r.shape[-1]})
+
+
+def _lrn(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """LRN: per element, the squares summed over ``size`` channels plus the
+    scale, power and division (5)."""
+    size = attrs.get("size")
+    if type(size) is not int or not 1 <= size <= MAX_SPATIAL_ATTR:
+        raise ValueError("LRN size out of range")
+    return NodeCost(float((size + 5) * outs[0].elems))
+
+
+def _deform_conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """DeformConv (X, W, offset, B, mask): the Conv count plus one bilinear
+    sample of the input per kernel tap, input channel and output position."""
+    base = _conv("Conv", [ins[0], ins[1], ins[3] if len(ins) > 3 else None], outs, attrs)
+    w = _t(ins[1])
+    positions = outs[0].elems // max(w.shape[0], 1)
+    taps = _t(ins[0]).shape[1] * math.prod(w.shape[2:])
+    return NodeCost(base.flops + BILINEAR_FLOPS * positions * taps, base.hparams)
+
+
 def _zero(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(0.0)
 
@@ -484,7 +528,9 @@ COST_RULES: dict[str, CostRule] = {
     "MatMulIntegerToFloat": _integer_matmul, "ConvInteger": _integer_conv,
     "DynamicQuantizeLinear": _dynamic_quantize,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
-    "NonMaxSuppression": _nms, "RoiAlign": _roi_align,
+    "NonMaxSuppression": _nms, "RoiAlign": _roi_align, "GridSample": _resize,
+    "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "LRN": _lrn,
+    "DeformConv": _deform_conv,
     # onnxruntime contrib ops (shapes: perfseer_rt.graph.contrib)
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,

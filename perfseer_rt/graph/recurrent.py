@@ -1,0 +1,55 @@
+"""FLOPs of ONNX's recurrent layers (LSTM, GRU, RNN).
+
+Each time step of each direction multiplies the step's input (``I`` wide)
+and the previous hidden state (``H`` wide) by the gate weights: ``2 G H
+(I + H)`` FLOPs per batch row, ``G`` gates (LSTM 4, GRU 3, RNN 1); the bias
+(``B``, input and recurrent halves) adds ``2 G H``, LSTM peepholes (``P``)
+``6 H``, and the gates' element-wise work per hidden unit (activations at
+:data:`perfseer_rt.graph.ops.ELEMENTWISE_FLOPS`' Sigmoid/Tanh 4 each):
+
+* LSTM: 3 sigmoids, 2 tanh, the cell update ``f c + i g`` and ``o tanh(c)``
+  (4): 24;
+* GRU: 2 sigmoids, 1 tanh, the reset product and ``(1 - z) h~ + z h`` (4): 16;
+* RNN: 1 tanh: 4.
+
+The weights (W, R, B, P) are the node's constant inputs and count as its
+parameters like any other weight.
+"""
+
+from __future__ import annotations
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+#: Element-wise FLOPs per hidden unit and step (module docstring).
+CELL_FLOPS = {"LSTM": 24, "GRU": 16, "RNN": 4}
+#: Peephole FLOPs per hidden unit and step (LSTM with ``P``).
+PEEPHOLE_FLOPS = 6
+
+
+def recurrent_flops(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], hidden: int,
+                    batch_first: bool, has_bias: bool, has_peepholes: bool) -> float:
+    """FLOPs of one LSTM/GRU/RNN node.
+
+    Args:
+        op: ``LSTM``, ``GRU`` or ``RNN``.
+        x_shape: the input X, ``[seq, batch, I]`` (``[batch, seq, I]`` when
+            ``batch_first``: the ``layout=1`` attribute).
+        w_shape: the input weights W, ``[directions, G H, I]``.
+        hidden: the hidden size ``H`` (R's last dim).
+        has_bias, has_peepholes: whether B (and, for LSTM, P) are given.
+
+    Raises:
+        ValueError: shapes that do not fit the op.
+    """
+    gates = GATES[op]
+    if len(x_shape) != 3 or len(w_shape) != 3 or hidden < 1:
+        raise ValueError(f"{op}: X must be 3-D, W [directions, {gates}H, I]")
+    seq, batch = (x_shape[1], x_shape[0]) if batch_first else (x_shape[0], x_shape[1])
+    dirs, rows, width = w_shape
+    if rows != gates * hidden or width != x_shape[2]:
+        raise ValueError(f"{op}: W {list(w_shape)} does not fit hidden {hidden} and X {list(x_shape)}")
+    per_unit = 2 * gates * (width + hidden) + CELL_FLOPS[op]
+    if has_bias:
+        per_unit += 2 * gates
+    if has_peepholes and op == "LSTM":
+        per_unit += PEEPHOLE_FLOPS
+    return float(dirs * seq * batch * hidden * per_unit)
