@@ -164,3 +164,70 @@ def test_the_implied_shapes_are_resolved_without_extracting():
     from perfseer_rt.graph import resolve_input_shapes
 
     assert resolve_input_shapes(GENAI, dims=GENAI_DIMS) == extract(GENAI, dims=GENAI_DIMS).input_shapes
+
+
+def _small_cnn() -> onnx.ModelProto:
+    """Conv-Relu, a residual Add, average pooling, a concat, global pooling, Flatten, Gemm."""
+    rng = np.random.default_rng(1)
+    inits = [const("w1", (8, 3, 3, 3), rng.standard_normal((8, 3, 3, 3))),
+             const("w2", (8, 8, 3, 3), rng.standard_normal((8, 8, 3, 3))),
+             const("fc", (10, 16), rng.standard_normal((10, 16))),
+             const("fcb", (10,), rng.standard_normal(10))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["s"]),
+             helper.make_node("AveragePool", ["s"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Sigmoid", ["p"], ["g"]),
+             helper.make_node("Concat", ["p", "g"], ["cat"], axis=1),
+             helper.make_node("GlobalAveragePool", ["cat"], ["gap"]),
+             helper.make_node("Flatten", ["gap"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "fc", "fcb"], ["y"], transB=1)]
+    return model(nodes, [("x", ["batch", 3, 16, 16])], [("y", None)], inits, opset=17)
+
+
+@pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
+def test_statically_quantized_cnn_shapes_match_onnxruntime(fmt, tmp_path):
+    """onnxruntime's static quantizer: the QOperator format writes contrib
+    ops (QLinearAdd, QLinearAveragePool, QLinearSigmoid, QLinearConcat,
+    QLinearGlobalAveragePool, QGemm) whose outputs were shaped like their
+    first input before (a 1000-class head came out 25,088 wide)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            self.left = 2
+
+        def get_next(self):
+            self.left -= 1
+            return {"x": np.random.default_rng(self.left).random((1, 3, 16, 16), np.float32)} \
+                if self.left >= 0 else None
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_small_cnn(), src)
+    quantize_static(str(src), str(dst), Images(), quant_format=getattr(QuantFormat, fmt))
+    q = onnx.load(str(dst))
+    ops = {n.op_type for n in q.graph.node}
+    if fmt == "QOperator":
+        assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= ops
+    ran = run_shapes(q, {"x": np.zeros((3, 3, 16, 16), np.float32)})
+    g = extract(q, batch=3)
+    ours = _edge_shapes(g)
+    assert g.unknown_ops == []
+    assert len(ours) >= 9 and ours == {t: ran[t] for t in ours}
+
+
+def test_qattention_is_typed_as_attention_with_float_outputs():
+    hidden, heads = 16, 2
+    inits = [const("w", (8, 3 * hidden), np.ones((8, 3 * hidden)), dtype=np.uint8),
+             const("b", (3 * hidden,)), const("xs", (), 0.1), const("ws", (), 0.1),
+             const("xz", (), 0, dtype=np.uint8), const("wz", (), 0, dtype=np.uint8)]
+    node = helper.make_node("QAttention", ["x", "w", "b", "xs", "ws", "", "xz", "wz"], ["y"],
+                            domain="com.microsoft", num_heads=heads)
+    m = model([node, helper.make_node("Relu", ["y"], ["z"])],
+              [("x", ["batch", "seq", 8], onnx.TensorProto.UINT8)], [("z", None)], inits,
+              opset=17, domains=("com.microsoft",))
+    ran = run_shapes(m, {"x": np.ones((2, 5, 8), np.uint8)})
+    g = extract(m, dims={"batch": 2, "seq": 5})
+    assert g.unknown_ops == []
+    assert _edge_shapes(g) == {"y": ran["y"]} == {"y": (2, 5, hidden)}

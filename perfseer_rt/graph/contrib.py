@@ -23,7 +23,7 @@ is a run-time value: past plus new tokens is assumed).
 from __future__ import annotations
 
 from perfseer_rt.graph.nodes import Attrs
-from perfseer_rt.graph.propagate import GiveUp, Result, Rule, Shape, Types, ValueOf
+from perfseer_rt.graph.propagate import RULES, GiveUp, Result, Rule, Shape, Types, ValueOf
 
 MS_DOMAIN = "com.microsoft"
 FLOAT, INT32 = 1, 6
@@ -227,6 +227,58 @@ def _embed_layer_norm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since:
 
 
 #: op type (domain com.microsoft) -> shape rule.
+def _standard(op: str) -> Rule:
+    """The pass's rule of standard op ``op`` (:data:`perfseer_rt.graph.propagate.RULES`)."""
+    return RULES[op][0]
+
+
+def _qlinear_binary(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QLinearAdd / QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
+    C_zp): A and B broadcast, A's element type."""
+    return _standard("Add")([_x(ins, 0), _x(ins, 3)], val, {}, n_out, 14)
+
+
+def _qlinear_unary(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (X, X_scale, X_zp,
+    Y_scale, Y_zp): shaped like X."""
+    return _same(ins, val, attrs, n_out, since)
+
+
+def _qlinear_pool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QLinearGlobalAveragePool / QLinearAveragePool (X, X_scale, X_zp,
+    Y_scale, Y_zp): the float pool's shape (channels-first only: None for
+    ``channels_last``)."""
+    if attrs.get("channels_last", 0):
+        return None
+    rest = {k: v for k, v in attrs.items() if k != "channels_last"}
+    if "kernel_shape" in attrs:
+        return _standard("AveragePool")([_x(ins, 0)], val, rest, 1, 11)
+    return _standard("GlobalAveragePool")([_x(ins, 0)], val, rest, 1, 1)
+
+
+def _qlinear_concat(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QLinearConcat (Y_scale, Y_zp, then X, X_scale, X_zp per input): the Xs concatenated."""
+    return _standard("Concat")(list(ins[2::3]), val, attrs, n_out, 13)
+
+
+def _qgemm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QGemm (A, A_scale, A_zp, B, B_scale, B_zp, C, Y_scale, Y_zp): the
+    Gemm's shape; quantized like A with a Y_scale, float32 without."""
+    out = _standard("Gemm")([_x(ins, 0), _x(ins, 3)], val, attrs, n_out, 13)
+    if out is None or out[0] is None:
+        return None
+    elem = out[0][0] if _x(ins, 7) is not None else FLOAT
+    return [(elem, out[0][1])]
+
+
+def _qattention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """QAttention (input, weight, bias, input_scale, weight_scale, mask_index,
+    input_zp, weight_zp, past): Attention's shapes, float32 outputs."""
+    out = _attention([_x(ins, 0), _x(ins, 1), _x(ins, 2), _x(ins, 5), _x(ins, 8)], val, attrs,
+                     n_out, since)
+    return None if out is None else [(FLOAT, t[1]) for t in out]
+
+
 CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
     "FusedMatMul": _fused_matmul,
@@ -238,6 +290,11 @@ CONTRIB_RULES: dict[str, Rule] = {
     "EmbedLayerNormalization": _embed_layer_norm,
     **{op: _same for op in ("RotaryEmbedding", "BiasGelu", "FastGelu", "QuickGelu", "Gelu",
                             "BiasAdd", "BiasDropout")},
+    # onnxruntime's static quantizer, QOperator format
+    "QLinearAdd": _qlinear_binary, "QLinearMul": _qlinear_binary,
+    **{op: _qlinear_unary for op in ("QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax")},
+    "QLinearGlobalAveragePool": _qlinear_pool, "QLinearAveragePool": _qlinear_pool,
+    "QLinearConcat": _qlinear_concat, "QGemm": _qgemm, "QAttention": _qattention,
 }
 
 

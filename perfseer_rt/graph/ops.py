@@ -141,6 +141,14 @@ PARAM_INPUTS: dict[str, frozenset[int]] = {
     "DynamicQuantizeMatMul": frozenset({2, 3}),
     "GroupQueryAttention": frozenset({5, 6}),  # seqlens_k, total_sequence_length
     "MatMulIntegerToFloat": frozenset({2, 3, 4, 5}),
+    "QLinearAdd": frozenset({1, 2, 4, 5, 6, 7}), "QLinearMul": frozenset({1, 2, 4, 5, 6, 7}),
+    **{op: frozenset({1, 2, 3, 4}) for op in (
+        "QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax", "QLinearGlobalAveragePool",
+        "QLinearAveragePool")},
+    # Y_scale, Y_zp, then each input's scale and zero point
+    "QLinearConcat": frozenset({0, 1} | {i for i in range(2, 3 * 1024) if (i - 2) % 3}),
+    "QGemm": frozenset({1, 2, 4, 5, 7, 8}),
+    "QAttention": frozenset({3, 4, 6, 7}),
 }
 
 #: FLOPs per output element of element-wise ops.
@@ -500,6 +508,28 @@ def _deform_conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(base.flops + BILINEAR_FLOPS * positions * taps, base.hparams)
 
 
+#: FLOPs per output element of the QLinear element-wise ops: the float op's
+#: (ELEMENTWISE_FLOPS, Softmax 5) plus requantization (2), as QLinearMatMul.
+QLINEAR_ELEMENTWISE = {"QLinearAdd": 3, "QLinearMul": 3, "QLinearLeakyRelu": 4,
+                       "QLinearSigmoid": 6, "QLinearSoftmax": 7, "QLinearConcat": 2}
+
+
+def _qlinear_elementwise(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    return NodeCost(float(QLINEAR_ELEMENTWISE[op] * outs[0].elems))
+
+
+def _qlinear_pool(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """QLinear(Global)AveragePool: the float pool plus requantization (2 per output)."""
+    base = _pool(op, ins, outs, attrs) if "kernel_shape" in attrs else _reduce(op, ins, outs, attrs)
+    return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
+
+
+def _qgemm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """QGemm (A, ., ., B, ., ., C): the Gemm count plus requantization (2 per output)."""
+    base = _gemm("Gemm", [ins[0], ins[3], ins[6] if len(ins) > 6 else None], outs, attrs)
+    return NodeCost(base.flops + 2 * outs[0].elems, base.hparams)
+
+
 def _zero(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(0.0)
 
@@ -531,6 +561,9 @@ COST_RULES: dict[str, CostRule] = {
     "NonMaxSuppression": _nms, "RoiAlign": _roi_align, "GridSample": _resize,
     "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "LRN": _lrn,
     "DeformConv": _deform_conv,
+    **{op: _qlinear_elementwise for op in QLINEAR_ELEMENTWISE},
+    "QLinearGlobalAveragePool": _qlinear_pool, "QLinearAveragePool": _qlinear_pool,
+    "QGemm": _qgemm, "QAttention": _attention,
     # onnxruntime contrib ops (shapes: perfseer_rt.graph.contrib)
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,
