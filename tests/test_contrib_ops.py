@@ -231,3 +231,16 @@ def test_qattention_is_typed_as_attention_with_float_outputs():
     g = extract(m, dims={"batch": 2, "seq": 5})
     assert g.unknown_ops == []
     assert _edge_shapes(g) == {"y": ran["y"]} == {"y": (2, 5, hidden)}
+
+
+def test_an_op_without_a_shape_rule_is_guessed_and_says_so():
+    m = model([helper.make_node("MyOp", ["x"], ["y"], domain="com.example"),
+               helper.make_node("Relu", ["y"], ["z"])],
+              [("x", ["batch", 4])], [("z", None)], domains=("com.example",))
+    g = extract(m, batch=2)
+    assert _edge_shapes(g) == {"y": (2, 4)}  # the documented guess: its first input's shape
+    assert g.unknown_ops == ["MyOp"]
+    assert any(w.startswith("the output shapes of 1 node(s) of ops without a shape rule (MyOp)")
+               for w in g.warnings)
+    ruled = extract(_small_cnn(), batch=2)  # every op has a rule: no such warning
+    assert not any("without a shape rule" in w for w in ruled.warnings)

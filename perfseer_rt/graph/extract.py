@@ -583,7 +583,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
             ordered[t] = None
     ordered.pop("", None)
     needed = set(ordered)
-    shapes, engine, assumed = _resolve_shapes(st, inputs, needed, deadline, depth,
+    shapes, engine, completion = _resolve_shapes(st, inputs, needed, deadline, depth,
                                               reuse_skeleton)
     missing = sorted(needed - shapes.keys())
     if missing:
@@ -866,11 +866,12 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     if st.external_share >= EXTERNAL_WEIGHTS_WARN_SHARE and depth == 0:
         warnings.append(EXTERNAL_WEIGHTS_WARNING.format(share=st.external_share))
     warnings += control_notes
-    if assumed:
-        counts: dict[str, int] = {}
-        for op in assumed.values():
-            counts[op] = counts.get(op, 0) + 1
-        warnings.append(data_dependent.warning(counts))
+    if completion is not None and completion.assumed:
+        warnings.append(data_dependent.warning(_counts(completion.assumed)))
+    if completion is not None and completion.guessed:
+        counts = _counts(completion.guessed)
+        warnings.append(GUESSED_SHAPE_WARNING.format(
+            nodes=sum(counts.values()), ops=", ".join(sorted(counts))))
     warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v, why=why)
                  for k, (v, why) in implied.items()]
     return PerfGraph(
@@ -880,18 +881,26 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
 
+def _counts(nodes: dict[str, str]) -> dict[str, int]:
+    """op -> number of nodes, from first output -> op."""
+    counts: dict[str, int] = {}
+    for op in nodes.values():
+        counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
 def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
                     deadline: Deadline, depth: int, reuse_skeleton: bool = False
-                    ) -> tuple[dict[str, TypedShape], str, dict[str, str]]:
+                    ) -> tuple[dict[str, TypedShape], str, _Completion | None]:
     """Shapes of the model's tensors at these input shapes: the Python pass,
     else onnx's inference on the skeleton completed by the documented rules
     (:class:`_Completion`, :func:`_assume_unknown_op_shapes`). Returns the
-    shapes, the engine that gave them and the data-dependent nodes assumed
-    at their bound (first output -> op); tensors of ``needed`` may be
-    missing (the caller says which)."""
+    shapes, the engine that gave them and the completion, which lists the
+    nodes whose sizes were assumed (None from the Python pass, which assumes
+    nothing); tensors of ``needed`` may be missing (the caller says which)."""
     fast = st.propagate(inputs, deadline)
     if fast is not None:
-        return fast, "perfseer", {}
+        return fast, "perfseer", None
     kept = st.kept
     sk = st.skeleton_for(inputs, reuse_skeleton)
     sk_nodes = sk.graph.node  # protobuf wrappers are made only where needed
@@ -902,10 +911,10 @@ def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
     all_outs = {o for i in kept for o in st.table[i][4] if o}
     if shapes.keys() >= all_outs and (completion.assumed or _CONTROL_FLOW.isdisjoint(
             st.table[i][0] for i in kept)):
-        return shapes, engine, completion.assumed
+        return shapes, engine, completion
     shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed, folded,
                                        deadline, completion)
-    return shapes, engine, completion.assumed
+    return shapes, engine, completion
 
 
 class _Completion:
@@ -922,6 +931,9 @@ class _Completion:
         self.nesting = nesting  # (node cap, depth of this graph)
         self.deadline = deadline
         self.assumed: dict[str, str] = {}
+        #: ops without a shape rule whose outputs were assumed shaped like
+        #: their first input (first output -> op; _assume_unknown_op_shapes)
+        self.guessed: dict[str, str] = {}
 
     def __call__(self, node: onnx.NodeProto, shapes: dict[str, TypedShape],
                  values: dict[str, np.ndarray]) -> list[TypedShape | None] | None:
@@ -1052,6 +1064,10 @@ EXTERNAL_WEIGHTS_WARNING = (
     "memory was still over-predicted by up to 52 % at int4 (a float embedding table mostly "
     "unread) and within 8 % at fp32; perfseer-rt's CPU predictors were trained almost only on "
     "weights inline")
+#: The warning when outputs of ops without a shape rule were guessed.
+GUESSED_SHAPE_WARNING = (
+    "the output shapes of {nodes} node(s) of ops without a shape rule ({ops}) were assumed equal "
+    "to their first input's; where such an op changes the shape, the sizes after it are off")
 #: The extraction warnings about the CPU predictors' training exports (they
 #: do not concern predictors of other kinds; see :func:`general_warnings`).
 CPU_PREDICTOR_WARNINGS = (DYNAMO_WARNING, FIXED_SHAPES_WARNING, EXTERNAL_WEIGHTS_WARNING)
@@ -1326,14 +1342,14 @@ def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
         st = _Structure(sub, "<subgraph>", max_nodes)
         inputs, _ = st.resolve(None, None, None, deadline)
         wanted = {vi.name for vi in branch.output}
-        found, _, inner = _resolve_shapes(st, inputs, wanted, deadline, depth + 1)
+        found, _, completion = _resolve_shapes(st, inputs, wanted, deadline, depth + 1)
     except LimitError:
         raise
     except PerfSeerError:
         return declared
     typed = [t if t is not None else found.get(vi.name) for t, vi in zip(declared, branch.output)]
-    if all(t is not None for t in typed):
-        for o, op in inner.items():
+    if all(t is not None for t in typed) and completion is not None:
+        for o, op in completion.assumed.items():
             assumed.setdefault(o, op)
     return typed
 
@@ -1375,6 +1391,7 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
             typed = _contrib_shapes(n, shapes)
             if typed is None:
                 typed = [shapes[n.input[0]]] * len(n.output)
+                completion.guessed.setdefault(n.output[0], n.op_type)
             extra += [helper.make_tensor_value_info(o, elem, list(shape))
                       for o, (elem, shape) in zip(n.output, typed) if o and o not in shapes]
         for n in bounded:
