@@ -557,3 +557,15 @@ def test_a_shape_of_more_dims_than_numpy_allows_is_refused():
               [("x", [1, 1])], [("y", None)], [const("n", (1,), [100], dtype=np.int64)])
     with pytest.raises(GraphError, match="would have 100 dims .over 64."):
         extract(m)
+
+
+def test_ops_a_converter_left_in_are_named_when_shapes_fail():
+    """tf2onnx's Keras ConvNeXt kept TensorFlow's StatefulPartitionedCall (and
+    Erfc) in the default domain: onnxruntime refuses the file, and the shape
+    error said only which tensors were unresolved."""
+    m = model([helper.make_node("StatefulPartitionedCall", ["x"], ["y"]),
+               helper.make_node("Add", ["y", "z"], ["s"])],
+              [("x", [2, 4]), ("z", [3])], [("s", None)], opset=17)
+    with pytest.raises(ShapeError, match=r"not ONNX operators at its opset "
+                                         r"\(StatefulPartitionedCall \(1 node\)\)"):
+        extract(m)

@@ -34,7 +34,7 @@ from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import data_dependent, dtypes, layout
-from perfseer_rt.graph.contrib import contrib_rule
+from perfseer_rt.graph.contrib import ONNX_DOMAIN_CONTRIB, contrib_rule
 from perfseer_rt.graph.exporter import (
     TORCH_DYNAMO,
     exporter,
@@ -589,9 +589,12 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        foreign = _not_onnx_ops(st.table, st.proto)
+        why = (f"; the model has ops that are not ONNX operators at its opset ({foreign}), "
+               "which onnxruntime refuses: its converter left them in" if foreign else "")
         raise ShapeError(
             f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
-            f"(engine: {engine}): {shown}{more}; give static input shapes with --input "
+            f"(engine: {engine}): {shown}{more}{why}; give static input shapes with --input "
             "or named dims with --dim (if every input shape is already static, their sizes "
             "depend on values only known at run time)")
     counted: dict[str, int] = {}  # element counts, for the TensorInfos below
@@ -1352,6 +1355,21 @@ def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
         for o, op in completion.assumed.items():
             assumed.setdefault(o, op)
     return typed
+
+
+def _not_onnx_ops(table: list[Row], proto: onnx.ModelProto) -> str:
+    """Ops of the default domain that onnx has no schema for at the model's
+    opset and onnxruntime has no kernel for (e.g. a TensorFlow op a converter
+    left in), as "op (n nodes)", or ""."""
+    opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        return ""
+    counts: dict[str, int] = {}
+    for row in table:
+        op = row[0]
+        if not row[DOMAIN] and op not in ONNX_DOMAIN_CONTRIB and schema_attributes(op, opset) is None:
+            counts[op] = counts.get(op, 0) + 1
+    return ", ".join(f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in sorted(counts.items()))
 
 
 def _has_schema(node: onnx.NodeProto) -> bool:
