@@ -229,3 +229,35 @@ def test_an_empty_loop_carried_tensor_gains_a_row_per_iteration(trips_known):
         feeds["trips"] = np.array(1, np.int64)
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     assert sess.run(None, feeds)[0].shape == ours["acc"]
+
+
+def test_a_loop_over_a_dynamic_length_stacks_its_scan_outputs_and_costs_every_step():
+    """A while-loop as tf2onnx writes a Keras RNN: the trip count is the
+    sequence length read from a shape; each step multiplies one time slice by
+    a weight and emits it as a scan output. Its scan output was unresolved
+    (the extraction failed) and its cost counted one step."""
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["step"], axis=1),
+         helper.make_node("MatMul", ["step", "w"], ["h"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_typed("i", I64, []), _typed("cond_in", TensorProto.BOOL, [])],
+        [_typed("cond_out", TensorProto.BOOL, []), _typed("h", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["steps"], axis=0),
+             helper.make_node("Loop", ["steps", "cond"], ["hs"], body=body),
+             helper.make_node("Relu", ["hs"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [_typed("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [_typed("y", TensorProto.FLOAT, None)],
+        initializer=[const("one", (), 1, dtype=np.int64), const("cond", (), True, dtype=np.bool_),
+                     const("w", (8, 6))])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 9
+    g = extract(proto, batch=2, dims={"seq": 7})
+    ours = dict(zip(g.edge_tensors, g.edge_shapes))
+    assert ours["hs"] == (7, 2, 6)
+    assert not any("trip count unknown" in w for w in g.warnings)
+    loop = g.node_ops.index("Loop")
+    assert g.x[loop, NODE_COLUMNS.index("flops")] == 7 * 2 * 2 * 8 * 6  # 7 steps of a 2x8x6 MatMul
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": np.ones((2, 7, 8), np.float32)})[0].shape == ours["hs"]

@@ -585,6 +585,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     needed = set(ordered)
     shapes, engine, completion = _resolve_shapes(st, inputs, needed, deadline, depth,
                                               reuse_skeleton)
+    known_trips = completion.trips if completion is not None else {}
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -646,7 +647,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         note = None
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
-                                                   max_nodes, deadline, depth)
+                                                   max_nodes, deadline, depth, known_trips)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -934,6 +935,8 @@ class _Completion:
         self.nesting = nesting  # (node cap, depth of this graph)
         self.deadline = deadline
         self.assumed: dict[str, str] = {}
+        #: trip counts of Loops known from values (the Loop's outputs -> trips)
+        self.trips: dict[tuple[str, ...], int] = {}
         #: ops without a shape rule whose outputs were assumed shaped like
         #: their first input (first output -> op; _assume_unknown_op_shapes)
         self.guessed: dict[str, str] = {}
@@ -975,17 +978,57 @@ class _Completion:
               ) -> list[TypedShape | None]:
         """A Loop's carried outputs keep their carried inputs' shapes, except
         an empty one (a first dim of 0: the list a scripted loop appends to),
-        which gains one row per iteration (``trips``, or the one iteration the
-        cost assumes when the trip count is unknown before run time); its scan
-        outputs stay open."""
+        which gains one row per iteration; its scan outputs stack the body's
+        (shaped by extracting the body with the carried shapes) once per
+        iteration. Iterations: ``trips``, or the one iteration the cost
+        assumes when the trip count is unknown before run time. A known trip
+        count is kept for the cost (``trips``)."""
+        if trips is not None:
+            self.trips[tuple(node.output)] = trips
+        rows = 1 if trips is None else trips
+        carried = node.input[2:]
         out: list[TypedShape | None] = []
-        for o, i in zip(node.output, node.input[2:]):
+        for o, i in zip(node.output, carried):
             typed = shapes.get(i) if o and i else None
             if typed is not None and typed[1] and typed[1][0] == 0:
-                typed = (typed[0], (1 if trips is None else trips, *typed[1][1:]))
+                typed = (typed[0], (rows, *typed[1][1:]))
                 self.assumed.setdefault(o, "Loop")
             out.append(typed)
+        scans = node.output[len(carried):]
+        if any(o and o not in shapes for o in scans):
+            body = next((a.g for a in node.attribute if a.name == "body"
+                         and a.type == onnx.AttributeProto.GRAPH), None)
+            found = self._body_outputs(body, node, shapes) if body is not None else None
+            for o, vi in zip(scans, [] if body is None else body.output[1 + len(carried):]):
+                typed = found.get(vi.name) if found is not None else None
+                out.append(None if typed is None else (typed[0], (rows, *typed[1])))
+                if typed is not None and trips is None:
+                    self.assumed.setdefault(o, "Loop")
         return out
+
+    def _body_outputs(self, body: onnx.GraphProto, node: onnx.NodeProto,
+                      shapes: dict[str, TypedShape]) -> dict[str, TypedShape] | None:
+        """Shapes of a Loop body's tensors for one iteration with the carried
+        inputs' shapes (None where the body cannot be shaped)."""
+        formal = [vi.name for vi in body.input]
+        if len(formal) < 2:
+            return None
+        actual: dict[str, TypedShape | None] = {formal[0]: (7, ()), formal[1]: (9, ())}
+        actual.update({f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a})
+        sub = _subgraph_model(body, actual, self.proto, shapes)
+        max_nodes, depth = self.nesting
+        if sub is None or depth + 1 >= MAX_SUBGRAPH_DEPTH:
+            return None
+        try:
+            st = _Structure(sub, "<subgraph>", max_nodes)
+            inputs, _ = st.resolve(None, None, None, self.deadline)
+            found, _, _ = _resolve_shapes(st, inputs, {vi.name for vi in body.output},
+                                          self.deadline, depth + 1)
+        except LimitError:
+            raise
+        except PerfSeerError:
+            return None
+        return found
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
@@ -1099,8 +1142,10 @@ MAX_SUBGRAPH_DEPTH = 8
 
 def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                        shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
-                       depth: int) -> tuple[NodeCost, bool, str | None]:
-    """Cost of If (the heavier branch), Loop (body x static trip count; 1
+                       depth: int, known_trips: dict[tuple[str, ...], int] | None = None
+                       ) -> tuple[NodeCost, bool, str | None]:
+    """Cost of If (the heavier branch), Loop (body x trip count: a constant,
+    or one computed from shapes, ``known_trips`` by the Loop's outputs; 1
     assumed when unknown) and Scan (body x scan length). Returns
     ``(cost, ruled, warning or None)``; a body that cannot be costed gives
     the generic cost and a warning."""
@@ -1126,6 +1171,8 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         actual = {f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a}
         actual.update({formal[0]: (7, ()), formal[1]: (9, ())} if len(formal) > 1 else {})
         trips = _const_int(proto, node.input[0]) if node.input and node.input[0] else None
+        if trips is None and known_trips:
+            trips = known_trips.get(tuple(node.output))
     else:  # Scan: state variables, then scan inputs sliced along axis 0
         n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
         n_state = len(node.input) - n_scan
