@@ -21,6 +21,12 @@ Sections (``--only`` picks some):
   dim by dim where the size depends on the data (the extractor assumes the
   upper bound: :mod:`perfseer_rt.graph.data_dependent`); below it or of
   another rank fails.
+* ``tf2onnx``: Keras models (seven applications, an LSTM/GRU stack, attention,
+  upsampling, a Conv1D + SimpleRNN) converted by tf2onnx under the interpreter
+  given with ``--tf-python`` (TensorFlow and tf2onnx do not share this
+  project's environment; ``benchmarks/tf_export.py``), checked as
+  ``detection`` is (at batch 1, random input); a file onnxruntime refuses is
+  the converter's failure (reported, not a failed check).
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -45,6 +51,7 @@ import argparse
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -290,15 +297,19 @@ def export_vision_task(name: str, path: Path) -> np.ndarray:
         return image.numpy()
 
 
-def bound_check(path: Path, image: np.ndarray) -> dict:
+def bound_check(path: Path, image: np.ndarray | None = None) -> dict:
     """Extract ``path`` and compare every edge tensor's shape with
-    onnxruntime's on ``image``: exact, above (an assumed bound) or not."""
+    onnxruntime's on ``image`` (default: random float inputs of the shapes
+    extracted): exact, above (an assumed bound) or not."""
     t = time.process_time()
     g = extract(path)
     out = summary(g, time.process_time() - t)
     proto = onnx.load(str(path))
     ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
-    ran = {n: tuple(s) for n, s in run_shapes(proto, {proto.graph.input[0].name: image}).items()}
+    rng = np.random.default_rng(0)
+    feeds = {proto.graph.input[0].name: image} if image is not None else {
+        name: rng.random(shape, dtype=np.float32) for name, shape in g.input_shapes.items()}
+    ran = {n: tuple(s) for n, s in run_shapes(proto, feeds).items()}
     ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes) if t in ran}
     above = [t for t, s in ours.items() if s != ran[t] and len(s) == len(ran[t])
              and all(a >= b for a, b in zip(s, ran[t]))]
@@ -325,9 +336,39 @@ def vision_tasks(tmp: Path) -> Iterator[dict]:
         yield row
 
 
+#: An interpreter with TensorFlow and tf2onnx (``--tf-python``), for the ``tf2onnx`` section.
+TF_PYTHON: list[str] = []
+
+
+def refused_by_onnxruntime(path: Path) -> None:
+    """ExportFailed where onnxruntime cannot load the converted file."""
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - the converter wrote an invalid model
+        raise ExportFailed(f"onnxruntime refuses the converted model: {exc}"[:400]) from exc
+
+
+def tf2onnx_models(tmp: Path) -> Iterator[dict]:
+    run = subprocess.run([TF_PYTHON[0], str(ROOT / "benchmarks" / "tf_export.py"), str(tmp)],
+                         capture_output=True, text=True, timeout=3600, check=False)
+    for line in run.stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        if status not in ("ok", "failed"):
+            continue
+        name = rest.split(":")[0]
+        row: dict = {"section": "tf2onnx", "model": name}
+        if status == "failed":
+            row["tf2onnx_export_error"] = rest
+        else:
+            path = tmp / f"{name}.onnx"
+            attempt(row, "tf2onnx", lambda path=path: (refused_by_onnxruntime(path),
+                                                      bound_check(path))[1])
+        yield row
+
+
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
-    "detection": vision_tasks, "genai": genai}
+    "detection": vision_tasks, "tf2onnx": tf2onnx_models, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
@@ -346,11 +387,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
+    ap.add_argument("--tf-python", help="an interpreter with tensorflow and tf2onnx (the "
+                    "tf2onnx section is skipped without one)")
     args = ap.parse_args()
+    TF_PYTHON[:] = [args.tf_python] if args.tf_python else []
     rows, failed = 0, []
     for section in args.only:
         if section == "genai" and importlib.util.find_spec("onnxruntime_genai") is None:
             print(json.dumps({"section": "genai", "skipped": "onnxruntime-genai not installed"}))
+            continue
+        if section == "tf2onnx" and not TF_PYTHON:
+            print(json.dumps({"section": "tf2onnx", "skipped": "no --tf-python given"}))
             continue
         with tempfile.TemporaryDirectory() as tmp:
             for row in SECTIONS[section](Path(tmp)):
