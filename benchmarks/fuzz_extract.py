@@ -74,7 +74,9 @@ DTYPES = [0, 1, 2, 3, 7, 8, 10, 11, 16, 17, 21, 22, 26, 28, 29, 99, 2**31 - 1]
 BATCHES = [None, None, None, 1, 2, 16, 0, -1, 65536, 65537, 2**40]
 OPS = ["Relu", "Conv", "MatMul", "Gemm", "Reshape", "Add", "Softmax", "Foo", "Loop",
        "ConstantOfShape", "Expand", "Tile", "Range", "Pad", "Resize", "Einsum",
-       "QLinearConv", "MatMulInteger", "If", "Gather", "Slice", "TopK", "NonZero"]
+       "QLinearConv", "MatMulInteger", "If", "Gather", "Slice", "TopK", "NonZero",
+       "NonMaxSuppression", "Unique", "Compress", "RoiAlign", "LSTM", "GRU", "LRN",
+       "GridSample", "DeformConv", "Scan"]
 
 
 # --------------------------------------------------------------------- seeds

@@ -15,7 +15,8 @@ erf-GELU as exported before opset 20           one ``elem`` kernel (transcendent
 (Div or Mul, Erf, Add, Mul, Mul)               five nodes, as PyTorch's gelu and onnxruntime's
                                                Gelu fusion run it (:func:`erf_gelu_groups`)
 everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
-/ depthwise Conv, Transpose, Concat, ...)      achieved element-wise bandwidth
+/ depthwise Conv, Transpose, Concat, LSTM,     achieved element-wise bandwidth (recurrent
+GRU, RNN, ...)                                 layers with a note: steps not modeled)
 =============================================  ===============================
 """
 
@@ -34,6 +35,8 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", 
 LN_OPS = frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                     "SkipSimplifiedLayerNormalization"})
 SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
+#: Recurrent layers (priced as ``memory``, with a note).
+RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 #: Element-wise ops with a transcendental per element (NeuSight's gelu/tanh/pow rows).
 TRANSCENDENTAL = frozenset({"Pow", "Exp", "Log", "Erf", "Sqrt", "Sigmoid", "Tanh", "Gelu",
                             "FastGelu", "BiasGelu", "QuickGelu", "Mish", "Softplus", "Elu",
@@ -173,6 +176,10 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
     if gelu:
         k.notes.append(f"{len(gelu)} erf-GELU pattern(s) (Div, Erf, Add, Mul, Mul) priced as one fused "
                        "kernel each, as PyTorch and onnxruntime's CUDA EP run them")
+    recurrent = sorted({op for op in graph.node_ops if op in RECURRENT_OPS})
+    if recurrent:
+        k.notes.append(", ".join(recurrent) + " priced as memory-bound kernels: their sequential "
+                       "steps (a small GEMM each) are not modeled, so their time is likely low")
     if odd_conv:
         k.notes.append("conv kernels outside NeuSight's measured 3x3 stride-1 set ("
                        + ", ".join(sorted(odd_conv)) + "): extrapolated in the implicit-GEMM view")
