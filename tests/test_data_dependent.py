@@ -261,3 +261,27 @@ def test_a_loop_over_a_dynamic_length_stacks_its_scan_outputs_and_costs_every_st
     assert g.x[loop, NODE_COLUMNS.index("flops")] == 7 * 2 * 2 * 8 * 6  # 7 steps of a 2x8x6 MatMul
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     assert sess.run(None, {"x": np.ones((2, 7, 8), np.float32)})[0].shape == ours["hs"]
+
+
+def test_nested_branches_read_tensors_from_every_enclosing_scope():
+    """An If inside an If's branch, whose branches read the top graph's x:
+    the inner branches could not be shaped (x was not passed down), so the
+    outer If was 'a branch could not be costed'."""
+    def branch(depth: int, tag: str) -> onnx.GraphProto:
+        if depth == 0:
+            node = helper.make_node("Relu", ["x"], [f"y{tag}"])
+        else:
+            node = helper.make_node("If", ["c"], [f"y{tag}"], then_branch=branch(depth - 1, tag + "t"),
+                                    else_branch=branch(depth - 1, tag + "e"))
+        return helper.make_graph([node], f"g{tag}", [], [_typed(f"y{tag}", TensorProto.FLOAT, None)])
+
+    top = helper.make_node("If", ["c"], ["out"], then_branch=branch(2, "t"),
+                           else_branch=branch(2, "e"))
+    graph = helper.make_graph([top, helper.make_node("Relu", ["out"], ["z"])], "g",
+                              [_typed("x", TensorProto.FLOAT, ["batch", 8]),
+                               _typed("c", TensorProto.BOOL, [])],
+                              [_typed("z", TensorProto.FLOAT, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = extract(proto, batch=3)
+    assert any(w.endswith("costed as its heavier branch (else_branch, 24 FLOPs)") for w in g.warnings)
+    assert dict(zip(g.edge_tensors, g.edge_shapes))["out"] == (3, 8)

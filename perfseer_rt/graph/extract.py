@@ -1235,16 +1235,12 @@ def _subgraph_model(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
     tensor it reads from the outer scope has no shape yet."""
     g = onnx.GraphProto()
     g.CopyFrom(body)
-    produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer}
-    declared = {vi.name for vi in g.input}
     outer = []
-    for n in g.node:
-        for t in n.input:
-            if t and t not in produced and t not in declared and t not in outer:
-                if t in shapes:
-                    outer.append(t)
-                elif complete:
-                    return None
+    for t in _free_tensors(g):
+        if t in shapes:
+            outer.append(t)
+        elif complete:
+            return None
     del g.input[:]
     for vi in body.input:
         typed = actual.get(vi.name) if actual else None
@@ -1266,6 +1262,26 @@ def _subgraph_model(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
     sub = onnx.ModelProto(ir_version=proto.ir_version, graph=g)
     sub.opset_import.extend(proto.opset_import)
     return sub
+
+
+def _free_tensors(graph: onnx.GraphProto) -> list[str]:
+    """The tensors ``graph`` reads from its enclosing scopes, in first-use
+    order: read by its nodes or by the subgraphs nested in them, defined by
+    none of its inputs, initializers or nodes (nor by the nested graph that
+    reads them)."""
+    defined = ({vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+               | {o for n in graph.node for o in n.output})
+    free: dict[str, None] = {}
+    for n in graph.node:
+        reads = list(n.input)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                reads += _free_tensors(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    reads += _free_tensors(sub)
+        free.update((t, None) for t in reads if t and t not in defined)
+    return list(free)
 
 
 def _outer_constants(graph: onnx.GraphProto, names: set[str]
