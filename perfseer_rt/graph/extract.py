@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
-from perfseer_rt.graph import data_dependent, dtypes, layout
+from perfseer_rt.graph import data_dependent, dtypes, layout, sequences
 from perfseer_rt.graph.contrib import ONNX_DOMAIN_CONTRIB, contrib_rule
 from perfseer_rt.graph.exporter import (
     TORCH_DYNAMO,
@@ -79,6 +79,7 @@ from perfseer_rt.graph.propagate import (
     clear_rule_cache,
     long_1d,
     schema_attributes,
+    tensor_value,
     value_sources,
 )
 from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
@@ -964,6 +965,12 @@ class _Completion:
 
         if op == "Loop":
             return self._loop(node, shapes, int_value(0))
+        if op in sequences.PRODUCERS or op in sequences.READERS:
+            attrs, _, _, _ = read_attrs(node.attribute)
+            return list(sequences.sequence_shapes(
+                op, [shapes.get(i) if i else None for i in ins], attrs, len(node.output),
+                lambda pos: _int_values(ins[pos] if len(ins) > pos else "", values, self.proto))
+                or ()) or None
         if op not in data_dependent.DATA_DEPENDENT_OPS:
             return None
         attrs, _, _, _ = read_attrs(node.attribute)
@@ -1190,6 +1197,23 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         return NodeCost(flops), True, (f"{label}: trip count unknown before run time; "
                                        "assumed 1 iteration of its body")
     return NodeCost(flops * trips), True, None
+
+
+def _int_values(name: str, values: dict[str, np.ndarray], proto: onnx.ModelProto
+                ) -> list[int] | None:
+    """The integer values of a tensor (at most 2^16 of them) computed so far
+    or held by an initializer or Constant (None: unknown or absent)."""
+    if not name:
+        return None
+    v = values.get(name)
+    if v is None:
+        found = [t for t in proto.graph.initializer if t.name == name]
+        found += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
+                  for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+        v = tensor_value(found[0]) if found else None
+    if v is None or v.dtype.kind not in "iu" or v.size > MAX_CONST_ELEMS:
+        return None
+    return [int(x) for x in np.asarray(v).ravel()]
 
 
 def _const_int(proto: onnx.ModelProto, name: str) -> int | None:

@@ -180,7 +180,8 @@ DATA_MOVEMENT: frozenset[str] = frozenset({
     "ConstantOfShape", "Range", "NonZero", "Compress", "OneHot", "Trilu",
     "ReverseSequence", "EyeLike", "SplitToSequence", "ConcatFromSequence",
     "MaxUnpool", "CenterCropPad", "BitCast", "Optional", "OptionalGetElement",
-    "OptionalHasElement",
+    "OptionalHasElement", "SequenceAt", "SequenceLength", "SequenceConstruct", "SequenceEmpty",
+    "SequenceInsert", "SequenceErase",
 })
 
 _VARIADIC = frozenset({"Sum", "Max", "Min", "Mean"})

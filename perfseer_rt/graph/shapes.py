@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
+from perfseer_rt.graph import sequences
 from perfseer_rt.graph.limits import (
     MAX_BATCH,
     MAX_CONST_ELEMS,
@@ -352,7 +353,7 @@ def infer_shapes(sk: onnx.ModelProto, needed: set[str], folded: Sequence[onnx.No
     values: dict[str, np.ndarray] = {}
     if model is not None and needed - shapes.keys() and folded:
         values.update(_small_initializers(model, sk))
-    if needed - shapes.keys() and folded:
+    if needed - shapes.keys() and (folded or fill is not None):
         done = _complete_per_node(sk, folded, shapes, values, deadline, fill)
         if done is not None:
             if not needed - done[0].keys():
@@ -429,6 +430,9 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
     opset_list = list(sk.opset_import)
     computed: dict[str, np.ndarray] = {}
     filled = False
+    # sequence values: onnx types them without a length, and its inference of
+    # a reader given a tensor in their place fails; ``fill`` shapes them
+    seqs = {o for n in sk.graph.node if n.op_type in sequences.PRODUCERS for o in n.output}
     try:
         for k, node in enumerate(sk.graph.node):
             if deadline is not None and not k % 512:
@@ -470,8 +474,9 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
             missing = [o for o in outs if o not in shapes and o not in computed]
             if not missing:
                 continue
-            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                   for a in node.attribute):
+            if op in sequences.PRODUCERS or any(i in seqs for i in node.input) \
+                    or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                           for a in node.attribute):
                 filled |= _fill(fill, node, shapes, avail, missing)  # control flow: caller's rules
                 continue
             domain = "" if node.domain == "ai.onnx" else node.domain
