@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import data_dependent, dtypes, layout, sequences
@@ -914,8 +914,7 @@ def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
     completion = _Completion(st.proto, (st.max_nodes, depth), deadline)
     shapes, engine = infer_shapes(sk, needed, folded, deadline, st.proto, fill=completion)
     all_outs = {o for i in kept for o in st.table[i][4] if o}
-    if shapes.keys() >= all_outs and (completion.assumed or _CONTROL_FLOW.isdisjoint(
-            st.table[i][0] for i in kept)):
+    if shapes.keys() >= all_outs and _CONTROL_FLOW.isdisjoint(st.table[i][0] for i in kept):
         return shapes, engine, completion
     shapes = _assume_unknown_op_shapes(sk, [sk_nodes[i] for i in kept], shapes, needed, folded,
                                        deadline, completion)
@@ -953,29 +952,24 @@ class _Completion:
                                     self.assumed)
         ins = node.input
 
+        def int_values(pos: int) -> list[int] | None:
+            return _int_values(ins[pos] if len(ins) > pos else "", values, self.proto)
+
         def int_value(pos: int) -> int | None:
-            name = ins[pos] if len(ins) > pos else ""
-            if not name:
-                return None
-            v = values.get(name)
-            if v is None:
-                return _const_int(self.proto, name)
-            flat = np.asarray(v).ravel()
-            return int(flat[0]) if flat.size == 1 and 0 <= flat[0] <= 2**31 else None
+            found = int_values(pos)
+            return found[0] if found and len(found) == 1 and 0 <= found[0] <= 2**31 else None
 
         if op == "Loop":
             return self._loop(node, shapes, int_value(0))
+        in_types = [shapes.get(i) if i else None for i in ins]
         if op in sequences.PRODUCERS or op in sequences.READERS:
             attrs, _, _, _ = read_attrs(node.attribute)
-            return list(sequences.sequence_shapes(
-                op, [shapes.get(i) if i else None for i in ins], attrs, len(node.output),
-                lambda pos: _int_values(ins[pos] if len(ins) > pos else "", values, self.proto))
-                or ()) or None
+            typed = sequences.sequence_shapes(op, in_types, attrs, len(node.output), int_values)
+            return None if typed is None else list(typed)
         if op not in data_dependent.DATA_DEPENDENT_OPS:
             return None
         attrs, _, _, _ = read_attrs(node.attribute)
-        typed = data_dependent.bound_shapes(op, [shapes.get(i) if i else None for i in ins],
-                                            attrs, len(node.output), int_value)
+        typed = data_dependent.bound_shapes(op, in_types, attrs, len(node.output), int_value)
         if typed is None or len(typed) < len(node.output):
             return None
         self.assumed.setdefault(node.output[0], op)
@@ -1217,18 +1211,9 @@ def _int_values(name: str, values: dict[str, np.ndarray], proto: onnx.ModelProto
 
 
 def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
-    """The value of a scalar integer initializer or Constant, if it has one."""
-    tensors = [t for t in proto.graph.initializer if t.name == name]
-    tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
-                for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-    for t in tensors:
-        try:
-            v = numpy_helper.to_array(t)
-        except Exception:  # noqa: BLE001 - no data (structure-only): unknown
-            return None
-        if v.size == 1 and 0 <= int(v.ravel()[0]) <= 2**31:
-            return int(v.ravel()[0])
-    return None
+    """The value (0..2^31) of a scalar integer initializer or Constant, if it has one."""
+    found = _int_values(name, {}, proto)
+    return found[0] if found and len(found) == 1 and 0 <= found[0] <= 2**31 else None
 
 
 def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
