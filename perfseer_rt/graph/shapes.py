@@ -477,7 +477,7 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
             if op in sequences.PRODUCERS or any(i in seqs for i in node.input) \
                     or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                            for a in node.attribute):
-                filled |= _fill(fill, node, shapes, avail, missing)  # control flow: caller's rules
+                filled |= _fill(fill, node, shapes, avail, missing)  # the caller's rules
                 continue
             domain = "" if node.domain == "ai.onnx" else node.domain
             schema = _schema(op, domain, opsets.get(domain, 0)) if domain in opsets else None
