@@ -21,6 +21,11 @@ Sections (``--only`` picks some):
   dim by dim where the size depends on the data (the extractor assumes the
   upper bound: :mod:`perfseer_rt.graph.data_dependent`); below it or of
   another rank fails.
+* ``hf-vision``: transformers' audio and vision models (wav2vec2, the
+  Whisper encoder, DETR, YOLOS, SegFormer, CLIP's vision tower,
+  Mask2Former) in small configurations, random weights, TorchScript
+  exporter, dynamic batch; extracted at batch 2 and checked as ``detection``
+  is (random input at the extracted shapes).
 * ``tf2onnx``: Keras models (seven applications, an LSTM/GRU stack, attention,
   upsampling, a Conv1D + SimpleRNN) converted by tf2onnx under the interpreter
   given with ``--tf-python`` (TensorFlow and tf2onnx do not share this
@@ -73,7 +78,11 @@ from perfseer_rt.graph import layout  # noqa: E402
 from perfseer_rt.graph.perfgraph import PerfGraph  # noqa: E402
 from tests.contrib_models import run_shapes  # noqa: E402
 from training.zoo.export import export_onnx, strip_weights  # noqa: E402
-from training.zoo.real.torchvision_compat import export_kernels, importable_torchvision  # noqa: E402
+from training.zoo.real.torchvision_compat import (  # noqa: E402
+    export_kernels,
+    import_transformers,
+    importable_torchvision,
+)
 
 FLOPS = layout.NODE_COLUMNS.index("flops")
 #: Largest relative FLOPs difference from the peer export that passes.
@@ -297,12 +306,12 @@ def export_vision_task(name: str, path: Path) -> np.ndarray:
         return image.numpy()
 
 
-def bound_check(path: Path, image: np.ndarray | None = None) -> dict:
-    """Extract ``path`` and compare every edge tensor's shape with
-    onnxruntime's on ``image`` (default: random float inputs of the shapes
-    extracted): exact, above (an assumed bound) or not."""
+def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None = None) -> dict:
+    """Extract ``path`` (at ``batch``) and compare every edge tensor's shape
+    with onnxruntime's on ``image`` (default: random float inputs of the
+    shapes extracted): exact, above (an assumed bound) or not."""
     t = time.process_time()
-    g = extract(path)
+    g = extract(path, batch=batch)
     out = summary(g, time.process_time() - t)
     proto = onnx.load(str(path))
     ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
@@ -333,6 +342,67 @@ def vision_tasks(tmp: Path) -> Iterator[dict]:
     for name in DETECTORS + SEGMENTERS:
         row: dict = {"section": "detection", "model": name}
         attempt(row, "torchscript", partial(checked_vision_task, name, tmp / f"{name}.onnx"))
+        yield row
+
+
+def _hf_vision_models() -> dict[str, Callable[[], tuple]]:
+    """name -> () -> (model, example input, its dynamic axes)."""
+    import torch
+
+    t = import_transformers()
+    small = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 128}
+    detr = {"d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+            "decoder_attention_heads": 2, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}
+    return {
+        "wav2vec2": lambda: (t.Wav2Vec2Model(t.Wav2Vec2Config(**small)), torch.randn(1, 16000),
+                             {0: "batch"}),
+        "whisper-encoder": lambda: (t.WhisperModel(t.WhisperConfig(
+            d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=500,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+            max_source_positions=1500)).get_encoder(), torch.randn(1, 80, 3000), {0: "batch"}),
+        "detr": lambda: (t.DetrForObjectDetection(t.DetrConfig(
+            use_timm_backbone=False, backbone_config=t.ResNetConfig(), num_queries=20,
+            use_pretrained_backbone=False, **detr)), torch.randn(1, 3, 256, 256), {0: "batch"}),
+        "yolos": lambda: (t.YolosForObjectDetection(t.YolosConfig(
+            image_size=[128, 128], num_detection_tokens=10, **small)),
+            torch.randn(1, 3, 128, 128), {0: "batch"}),
+        "segformer": lambda: (t.SegformerForSemanticSegmentation(t.SegformerConfig(num_labels=5)),
+                              torch.randn(1, 3, 128, 128), {0: "batch"}),
+        "clip-vision": lambda: (t.CLIPVisionModel(t.CLIPVisionConfig(
+            image_size=64, patch_size=16, **small)), torch.randn(1, 3, 64, 64), {0: "batch"}),
+        "mask2former": lambda: (t.Mask2FormerForUniversalSegmentation(t.Mask2FormerConfig()),
+                                torch.randn(1, 3, 128, 128), {0: "batch"}),
+    }
+
+
+def export_hf_vision(build: Callable[[], tuple], path: Path) -> None:
+    """A transformers model's first output, exported (TorchScript, with weights) at ``path``."""
+    import torch
+
+    class First(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.model(x)
+            return out[0] if isinstance(out, (tuple, list)) else next(iter(out.values()))
+
+    model, example, axes = build()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(First(model.eval()), (example,), str(path), dynamo=False,
+                          opset_version=17, input_names=["x"], dynamic_axes={"x": axes})
+
+
+def hf_vision(tmp: Path) -> Iterator[dict]:
+    for name, build in _hf_vision_models().items():
+        row: dict = {"section": "hf-vision", "model": name}
+        path = tmp / f"{name}.onnx"
+        attempt(row, "torchscript", lambda build=build, path=path: (
+            exported(lambda: export_hf_vision(build, path)), bound_check(path, batch=2))[1])
         yield row
 
 
@@ -368,7 +438,8 @@ def tf2onnx_models(tmp: Path) -> Iterator[dict]:
 
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
-    "detection": vision_tasks, "tf2onnx": tf2onnx_models, "genai": genai}
+    "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
+    "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
