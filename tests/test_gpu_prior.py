@@ -319,3 +319,38 @@ def test_bert_base_gelus_fuse_and_its_prediction_drops(monkeypatch):
     f, a = (r["metrics"]["latency_ms"] for r in (fused, apart))
     assert a["parts"]["linear"] == f["parts"]["linear"] and a["parts"]["elem"] > f["parts"]["elem"]
     assert a["launch_overhead_ms"] == pytest.approx(f["launch_overhead_ms"] + 48 * 0.005, abs=1e-3)
+
+
+def _lstm(hidden: int = 16, width: int = 8):
+    """A bidirectional LSTM (layout 0: X [seq, batch, width]) whose Y another node reads."""
+    from onnx import helper
+
+    from tests.onnx_builders import const, model
+
+    gates = 4 * hidden
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden,
+                              direction="bidirectional"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    inits = [const("W", (2, gates, width)), const("R", (2, gates, hidden)),
+             const("B", (2, 2 * gates))]
+    return model(nodes, [("x", ["seq", "batch", width])], [("z", None)], inits, opset=17)
+
+
+def test_a_recurrent_layer_runs_one_gemm_and_one_cell_per_step_and_direction():
+    g = extract(_lstm(), input_shapes={"x": (6, 3, 8)})
+    k = map_graph(g)
+    assert len(k.shapes["linear"]["m"]) == 2 + 6 * 2  # projections, then per step and direction
+    assert len(k.shapes["elem"]["rows"]) == 6 * 2 + 1  # cells, and the Relu
+    m = k.shapes["linear"]["m"]
+    assert sorted(set(m)) == [3.0, 18.0]  # batch rows per step; seq x batch per projection
+    gemm_flops = k.shapes["linear"]["flops"].sum()
+    assert gemm_flops == 2 * 6 * 3 * 2 * 64 * (8 + 16)  # the gate GEMMs of recurrent_flops
+    assert any("LSTM priced as cuDNN runs them" in n for n in k.notes)
+
+
+def test_a_longer_sequence_costs_more_sequential_steps_on_the_gpu():
+    pred = registry.get_predictor("h100")
+    short, long = (api.predict([_lstm()], device=pred.device, input_shapes={"x": (s, 4, 8)})[0]
+                   for s in (10, 40))
+    ratio = long["metrics"]["latency_ms"]["value"] / short["metrics"]["latency_ms"]["value"]
+    assert 3.0 < ratio <= 4.0  # launch-bound steps: nearly 4x the steps, nearly 4x the time

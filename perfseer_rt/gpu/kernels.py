@@ -14,9 +14,11 @@ Identity, Dropout)
 erf-GELU as exported before opset 20           one ``elem`` kernel (transcendental) for the
 (Div or Mul, Erf, Add, Mul, Mul)               five nodes, as PyTorch's gelu and onnxruntime's
                                                Gelu fusion run it (:func:`erf_gelu_groups`)
+LSTM / GRU / RNN                               per direction one ``linear`` (input projection),
+                                               then per step and direction a ``linear``
+                                               (recurrent GEMM) and an ``elem`` (the cell)
 everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
-/ depthwise Conv, Transpose, Concat, LSTM,     achieved element-wise bandwidth (recurrent
-GRU, RNN, ...)                                 layers with a note: steps not modeled)
+/ depthwise Conv, Transpose, Concat, ...)      achieved element-wise bandwidth
 =============================================  ===============================
 """
 
@@ -29,13 +31,14 @@ import numpy as np
 
 from perfseer_rt.graph.ops import ELEMENTWISE_FLOPS
 from perfseer_rt.graph.perfgraph import PerfGraph
+from perfseer_rt.graph.recurrent import CELL_FLOPS, GATES, recurrent_batch, recurrent_steps
 
 #: Ops that onnxruntime runs as views of their input: no kernel.
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 LN_OPS = frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                     "SkipSimplifiedLayerNormalization"})
 SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
-#: Recurrent layers (priced as ``memory``, with a note).
+#: Recurrent layers (:func:`_recurrent_kernels`).
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 #: Element-wise ops with a transcendental per element (NeuSight's gelu/tanh/pow rows).
 TRANSCENDENTAL = frozenset({"Pow", "Exp", "Log", "Erf", "Sqrt", "Sigmoid", "Tanh", "Gelu",
@@ -111,6 +114,45 @@ def erf_gelu_groups(graph: PerfGraph) -> dict[int, list[int]]:
     return groups
 
 
+def _recurrent_steps(graph: PerfGraph, i: int, out_shape: tuple[int, ...] | None
+                     ) -> tuple[int, int, int] | None:
+    """(directions, sequence length, batch) of recurrent node ``i``: the
+    batch from one of its outputs' shapes where another node reads one, else
+    the graph's batch."""
+    col = graph.node_column
+    op, width, hidden = graph.node_ops[i], int(col("in_channels")[i]), int(col("out_channels")[i])
+    found = recurrent_steps(op, float(col("flops")[i]), float(col("in_elems")[i]), width, hidden,
+                            bool(col("has_bias")[i]))
+    if found is None:
+        return None
+    dirs, rows = found
+    batch = recurrent_batch(out_shape, dirs, hidden) or int(graph.globals["batch_size"])
+    if batch < 1 or rows % batch:
+        return None
+    return dirs, rows // batch, batch
+
+
+def _recurrent_kernels(op: str, steps: tuple[int, int, int], width: int, hidden: int,
+                       itemsize: float) -> list[tuple[str, dict[str, float]]]:
+    """The kernels of an LSTM/GRU/RNN node: per direction one input
+    projection (``seq x batch`` rows, ``G H`` wide, depth ``width``), then
+    per step and direction a recurrent GEMM (``batch`` rows, depth
+    ``hidden``) and a cell kernel (``CELL_FLOPS`` per hidden unit)."""
+    dirs, seq, batch = steps
+    wide = GATES[op] * hidden
+
+    def gemm(m: int, k: int) -> dict[str, float]:
+        return {"batch": 1.0, "m": float(m), "n": float(wide), "k": float(k),
+                "flops": 2.0 * m * wide * k, "bytes": itemsize * (m * k + k * wide + m * wide)}
+
+    cell = {"rows": float(batch), "cols": float(hidden), "flops": float(CELL_FLOPS[op] * batch * hidden),
+            "bytes": itemsize * batch * (wide + 3 * hidden), "binary": 1.0, "transcendental": 1.0}
+    out = [("linear", gemm(seq * batch, width)) for _ in range(dirs)]
+    for _ in range(seq * dirs):
+        out += [("linear", gemm(batch, hidden)), ("elem", dict(cell))]
+    return out
+
+
 def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
     """Map every node of ``graph`` to a kernel (see the module table).
 
@@ -168,6 +210,10 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
             add("elem", i, rows=max(out_elems[i] / last, 1.0), cols=last, flops=f, bytes=b,
                 binary=float(op in BINARY and n_in[i] >= 2),
                 transcendental=float(op in TRANSCENDENTAL))
+        elif op in RECURRENT_OPS and (steps := _recurrent_steps(graph, i, shape)) is not None:
+            for family, kernel in _recurrent_kernels(op, steps, int(cin[i]), int(cout[i]),
+                                                     4.0 * itemsize_scale):
+                add(family, i, **kernel)
         else:
             add("memory", i, flops=f, bytes=b)
     for fam, lst in rows.items():
@@ -178,8 +224,10 @@ def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
                        "kernel each, as PyTorch and onnxruntime's CUDA EP run them")
     recurrent = sorted({op for op in graph.node_ops if op in RECURRENT_OPS})
     if recurrent:
-        k.notes.append(", ".join(recurrent) + " priced as memory-bound kernels: their sequential "
-                       "steps (a small GEMM each) are not modeled, so their time is likely low")
+        k.notes.append(", ".join(recurrent) + " priced as cuDNN runs them, one input-projection "
+                       "GEMM per direction, then per step and direction a recurrent GEMM and a "
+                       "cell kernel (sequential: launch-bound at small batch); no recurrent "
+                       "layer is among the prior's measured kernels")
     if odd_conv:
         k.notes.append("conv kernels outside NeuSight's measured 3x3 stride-1 set ("
                        + ", ".join(sorted(odd_conv)) + "): extrapolated in the implicit-GEMM view")

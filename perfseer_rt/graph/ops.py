@@ -485,9 +485,11 @@ def _recurrent(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     x, w, r = _t(ins[0]), _t(ins[1]), _t(ins[2])
     present = [t is not None for t in ins]
     peepholes = op == "LSTM" and len(ins) > 7 and present[7]
-    flops = recurrent_flops(op, x.shape, w.shape, r.shape[-1], attrs.get("layout", 0) == 1,
-                            len(ins) > 3 and present[3], peepholes)
-    return NodeCost(flops, {"in_channels": w.shape[2], "out_channels": r.shape[-1]})
+    bias = len(ins) > 3 and present[3]
+    flops = recurrent_flops(op, x.shape, w.shape, r.shape[-1], attrs.get("layout", 0) == 1, bias,
+                            peepholes)
+    return NodeCost(flops, {"in_channels": w.shape[2], "out_channels": r.shape[-1],
+                            "has_bias": int(bias)})
 
 
 def _lrn(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:

@@ -53,3 +53,41 @@ def recurrent_flops(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     if has_peepholes and op == "LSTM":
         per_unit += PEEPHOLE_FLOPS
     return float(dirs * seq * batch * hidden * per_unit)
+
+
+def recurrent_steps(op: str, flops: float, in_elems: float, width: int, hidden: int,
+                    has_bias: bool) -> tuple[int, int] | None:
+    """(directions, sequence length x batch) of a recurrent node from its
+    PerfGraph columns: ``flops`` (:func:`recurrent_flops`, peepholes aside),
+    ``in_elems`` (X: seq x batch x width), the hidden size and the bias.
+    None where the columns do not fit.
+    """
+    gates = GATES[op]
+    if width < 1 or hidden < 1 or in_elems < width:
+        return None
+    rows = in_elems / width
+    per_unit = 2 * gates * (width + hidden) + CELL_FLOPS[op] + (2 * gates if has_bias else 0)
+    dirs = flops / (rows * hidden * per_unit)
+    if round(dirs) not in (1, 2) or abs(dirs - round(dirs)) > 0.05 or rows != int(rows):
+        return None
+    return round(dirs), int(rows)
+
+
+def recurrent_batch(out_shape: tuple[int, ...] | None, dirs: int, hidden: int) -> int | None:
+    """The batch of a recurrent node from the shape of one of its outputs:
+    Y ``[seq, dirs, batch, H]`` (``[batch, seq, dirs, H]`` with layout 1) or
+    Y_h / Y_c ``[dirs, batch, H]`` (``[batch, dirs, H]``); None where the
+    shape does not tell."""
+    if out_shape is None or not out_shape or out_shape[-1] != hidden:
+        return None
+    if len(out_shape) == 4:
+        if out_shape[1] == dirs and out_shape[2] != dirs:
+            return out_shape[2]
+        if out_shape[2] == dirs and out_shape[1] != dirs:
+            return out_shape[0]
+    if len(out_shape) == 3:
+        if out_shape[0] == dirs and out_shape[1] != dirs:
+            return out_shape[1]
+        if out_shape[1] == dirs and out_shape[0] != dirs:
+            return out_shape[0]
+    return None
