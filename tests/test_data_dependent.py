@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from perfseer_rt import extract
 from perfseer_rt.errors import ShapeError
 from perfseer_rt.graph import data_dependent
+from perfseer_rt.graph.extract import FIXED_SHAPES_WARNING
 from perfseer_rt.graph.layout import NODE_COLUMNS
 from perfseer_rt.graph.ops import IOU_FLOPS
 from perfseer_rt.predict.api import predict
@@ -189,6 +190,9 @@ def test_a_torchvision_detection_model_extracts_and_predicts():
     result, = predict([path])
     assert result["metrics"]["latency_ms"]["value"] > 0
     assert note in result["warnings"]
+    assert FIXED_SHAPES_WARNING in result["warnings"]  # about the CPU predictors' exports
+    gpu, = predict([path], device="h100")  # the GPU prior passes the extraction's notes on
+    assert note in gpu["warnings"] and FIXED_SHAPES_WARNING not in gpu["warnings"]
 
 
 def _accumulating_loop(trips_known: bool) -> onnx.ModelProto:
