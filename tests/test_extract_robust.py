@@ -569,3 +569,59 @@ def test_ops_a_converter_left_in_are_named_when_shapes_fail():
     with pytest.raises(ShapeError, match=r"not ONNX operators at its opset "
                                          r"\(StatefulPartitionedCall \(1 node\)\)"):
         extract(m)
+
+
+def _malformed_dynamic_nodes():
+    """Malformed nodes on the paths of data-dependent sizes, sequences and control flow."""
+    f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+    def vi(n, s, t=f):
+        return helper.make_tensor_value_info(n, t, s)
+
+    def mk(nodes, inputs, inits=()):
+        g = helper.make_graph(nodes, "g", inputs, [vi("z", None)], initializer=list(inits))
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 9
+        return m
+
+    relu = helper.make_node("Relu", ["y"], ["z"])
+    cast = helper.make_node("Cast", ["y"], ["z"], to=f)
+    x, bad_branch = vi("x", [2, 3]), helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"])], "b", [], [vi("r", None)])
+    short_body = helper.make_graph([helper.make_node("Identity", ["ci"], ["co"])], "b",
+                                   [vi("i", [], i64), vi("ci", [], b), vi("a", None)],
+                                   [vi("co", [], b)])
+    return {
+        "If outputs beyond its branches'": mk(
+            [helper.make_node("If", ["c"], ["w", "y"], then_branch=bad_branch,
+                              else_branch=bad_branch), relu], [x, vi("c", [], b)]),
+        "Loop body without its scan output": mk(
+            [helper.make_node("Loop", ["m", "cond", "x"], ["acc", "y"], body=short_body), relu],
+            [x], [const("m", (), 3, dtype=np.int64), const("cond", (), True, dtype=np.bool_)]),
+        "SequenceAt on a tensor": mk([helper.make_node("SequenceAt", ["x", "p"], ["y"]), relu], [x],
+                                     [const("p", (), 0, dtype=np.int64)]),
+        "TopK axis out of range": mk([helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=7), relu],
+                                     [x, vi("k", [1], i64)]),
+        "NonMaxSuppression of 2-D boxes": mk(
+            [helper.make_node("NonMaxSuppression", ["x", "x"], ["y"]), cast], [x]),
+        "Unique axis 2^40": mk([helper.make_node("Unique", ["x"], ["y"], axis=2**40), relu], [x]),
+        "Compress with a 2-D condition": mk(
+            [helper.make_node("Compress", ["x", "k"], ["y"]), relu], [x, vi("k", [2, 3], b)]),
+        "SplitToSequence into 2^40-wide pieces": mk(
+            [helper.make_node("SplitToSequence", ["x", "s"], ["q"], axis=1),
+             helper.make_node("ConcatFromSequence", ["q"], ["y"], axis=0), relu], [x],
+            [const("s", (), 2**40, dtype=np.int64)]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_malformed_dynamic_nodes()))
+def test_malformed_dynamic_size_nodes_extract_or_fail_typed(case):
+    proto = _malformed_dynamic_nodes()[case]
+    start = time.process_time()
+    try:
+        g = extract(proto)
+    except PerfSeerError as exc:
+        assert not getattr(exc, "internal", False), exc
+    else:
+        assert np.isfinite(g.x).all() and (g.x >= 0).all()
+    assert time.process_time() - start < 5
