@@ -34,8 +34,11 @@ def summarize(graph: PerfGraph, top: int = 5) -> str:
     order = np.argsort(-flops, kind="stable")[:top]
     lines.append(f"heaviest {len(order)} layers by FLOPs:")
     total = flops.sum() or 1.0
-    for i in order:
-        lines.append(f"  {graph.node_names[i]:<40} {graph.node_ops[i]:<20} "
+    names = [graph.node_names[i] for i in order]
+    wide = max((len(n) for n in names), default=0)  # columns line up whatever the names
+    ops_wide = max((len(graph.node_ops[i]) for i in order), default=0)
+    for name, i in zip(names, order):
+        lines.append(f"  {name:<{wide}}  {graph.node_ops[i]:<{ops_wide}} "
                      f"{human(flops[i], 'FLOP'):>14} {100 * flops[i] / total:5.1f} %")
     if graph.unknown_ops:
         lines.append("generic cost used for: " + ", ".join(sorted(set(graph.unknown_ops))))
