@@ -625,3 +625,13 @@ def test_malformed_dynamic_size_nodes_extract_or_fail_typed(case):
     else:
         assert np.isfinite(g.x).all() and (g.x >= 0).all()
     assert time.process_time() - start < 5
+
+
+def test_control_flow_without_its_subgraph_is_a_graph_error():
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "b", [],
+                               [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+    m = model([helper.make_node("If", ["c"], ["y"], then_branch=branch),
+               helper.make_node("Relu", ["y"], ["z"])],
+              [("x", [2, 3]), ("c", [], TensorProto.BOOL)], [("z", None)], opset=17)
+    with pytest.raises(GraphError, match="If has no else_branch subgraph"):
+        extract(m)

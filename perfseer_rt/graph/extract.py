@@ -306,6 +306,12 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
             except (GraphError, TypeError, ValueError) as exc:
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {exc}") from None
             checked.add(akey)
+        if row[0] in _BODIES and not row[DOMAIN]:
+            held = {a.name for a in row[OTHER] if a.type == onnx.AttributeProto.GRAPH}
+            missing = sorted(_BODIES[row[0]] - held)
+            if missing:
+                raise GraphError(f"{name}: node {row[1] or row[0]!r}: {row[0]} has no "
+                                 f"{' or '.join(missing)} subgraph; onnxruntime refuses such a node")
         if (row[ATTRS] or row[TENSORS] or row[OTHER]) and not row[DOMAIN] and opset is not None:
             # an attribute the op does not have: onnxruntime refuses the model, and onnx's
             # inference has spent 20 GB on one (a Constant given perm=2^40; fuzz)
@@ -363,6 +369,9 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
 
 
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
+#: The subgraphs a control-flow node must hold.
+_BODIES = {"If": frozenset({"then_branch", "else_branch"}), "Loop": frozenset({"body"}),
+           "Scan": frozenset({"body"})}
 
 
 def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
