@@ -4,6 +4,7 @@ extraction assumes their upper bound and says so (issue 13, "every real
 model": detection models). The bound is checked against onnxruntime running
 the same graphs on random data."""
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -267,7 +268,7 @@ def test_a_loop_over_a_dynamic_length_stacks_its_scan_outputs_and_costs_every_st
     assert sess.run(None, {"x": np.ones((2, 7, 8), np.float32)})[0].shape == ours["hs"]
 
 
-def test_nested_branches_read_tensors_from_every_enclosing_scope():
+def test_nested_branches_read_tensors_from_every_enclosing_scope(monkeypatch):
     """An If inside an If's branch, whose branches read the top graph's x:
     the inner branches could not be shaped (x was not passed down), so the
     outer If was 'a branch could not be costed'."""
@@ -287,5 +288,88 @@ def test_nested_branches_read_tensors_from_every_enclosing_scope():
                               [_typed("z", TensorProto.FLOAT, None)])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     g = extract(proto, batch=3)
-    assert any(w.endswith("costed as its heavier branch (else_branch, 24 FLOPs)") for w in g.warnings)
+    # every level does all the work: each If in turn is extracted as its heavier branch
+    assert sum("of the model's work" in w and "(else_branch)" in w for w in g.warnings) == 3
+    assert g.node_ops == ["Relu", "Relu"] and g.globals["flops_total"] == 2 * 3 * 8
     assert dict(zip(g.edge_tensors, g.edge_shapes))["out"] == (3, 8)
+    # never dominant: the If stays one node, costed as its heavier branch
+    monkeypatch.setattr(importlib.import_module("perfseer_rt.graph.extract"),
+                        "DOMINANT_IF_SHARE", 2.0)
+    whole = extract(proto, batch=3)
+    assert any(w.endswith("costed as its heavier branch (else_branch, 24 FLOPs)")
+               for w in whole.warnings)
+
+
+def _merged(plain: onnx.ModelProto) -> onnx.ModelProto:
+    """``plain`` twice, as the then- and else-branch of an If on a bool[1]
+    input (optimum's merged decoders switch their with- and without-cache
+    decoders so); every name of a copy suffixed to keep names unique."""
+    def branch(tag: str) -> onnx.GraphProto:
+        g = plain.graph
+        rename = {o: o + tag for n in g.node for o in n.output}
+        rename.update({t.name: t.name + tag for t in g.initializer})
+        b = onnx.GraphProto(name=tag)
+        for n in g.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = n.name + tag
+            c.input[:] = [rename.get(t, t) for t in n.input]
+            c.output[:] = [rename.get(t, t) for t in n.output]
+            b.node.append(c)
+        for t in g.initializer:
+            c = onnx.TensorProto()
+            c.CopyFrom(t)
+            c.name = rename[t.name]
+            b.initializer.append(c)
+        b.output.extend(_typed(rename.get(o.name, o.name), o.type.tensor_type.elem_type, None)
+                        for o in g.output)
+        return b
+
+    outs = [f"out{i}" for i in range(len(plain.graph.output))]
+    graph = helper.make_graph(
+        [helper.make_node("If", ["use_cache_branch"], outs, then_branch=branch("_a"),
+                          else_branch=branch("_b")), helper.make_node("Relu", ["out0"], ["z"])],
+        "merged", list(plain.graph.input) + [_typed("use_cache_branch", TensorProto.BOOL, [1])],
+        [_typed("z", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=plain.opset_import)
+    m.ir_version = plain.ir_version
+    return m
+
+
+def test_an_if_doing_most_of_the_work_is_extracted_as_its_branch():
+    """A merged decoder predicted like the plain one: it was one If node of
+    summed FLOPs and no weights (CPU memory 2.6 MiB for a BERT-base whose
+    plain export predicts 490)."""
+    plain = onnx.load(str(MODELS / "bert_small.onnx"), load_external_data=False)
+    merged = _merged(plain)
+    kw = {"batch": 2, "dims": {"seq": 16}}
+    a, b = extract(plain, **kw), extract(merged, **kw)
+    assert b.num_nodes == a.num_nodes + 1  # the Relu after the If
+    relu = max(i for i, op in enumerate(b.node_ops) if op == "Relu")
+    assert b.globals["flops_total"] == a.globals["flops_total"] + b.node_column("flops")[relu]
+    for key in ("params_total", "weight_total"):
+        assert b.globals[key] == a.globals[key]
+    assert any(w.startswith("If node 'out0' does 100% of the model's work") for w in b.warnings)
+    pa, pb = predict([plain], **kw)[0], predict([merged], **kw)[0]
+    for metric in ("latency_ms", "peak_mem_mb"):
+        assert pb["metrics"][metric]["value"] == pytest.approx(pa["metrics"][metric]["value"],
+                                                              rel=0.02)
+
+
+def test_inlining_a_branch_maps_its_outputs_to_the_if_outputs():
+    from perfseer_rt.graph.inline import inline_branches
+
+    then_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "t", [],
+                                    [_typed("r", TensorProto.FLOAT, None),
+                                     _typed("x", TensorProto.FLOAT, None)])  # an outer tensor
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "e", [],
+                              [_typed("n", TensorProto.FLOAT, None),
+                               _typed("x", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y", "x2"], then_branch=then_branch, else_branch=other),
+         helper.make_node("Add", ["y", "x2"], ["z"])], "g",
+        [_typed("x", TensorProto.FLOAT, [2]), _typed("c", TensorProto.BOOL, [])],
+        [_typed("z", TensorProto.FLOAT, None)])
+    inlined = inline_branches(helper.make_model(graph), {"y": "then_branch"})
+    assert [(n.op_type, list(n.input), list(n.output)) for n in inlined.graph.node] == [
+        ("Relu", ["x"], ["y"]), ("Identity", ["x"], ["x2"]), ("Add", ["y", "x2"], ["z"])]

@@ -354,3 +354,24 @@ def test_a_longer_sequence_costs_more_sequential_steps_on_the_gpu():
                    for s in (10, 40))
     ratio = long["metrics"]["latency_ms"]["value"] / short["metrics"]["latency_ms"]["value"]
     assert 3.0 < ratio <= 4.0  # launch-bound steps: nearly 4x the steps, nearly 4x the time
+
+
+def test_weights_held_in_subgraphs_are_resident_too():
+    """onnxruntime loads the initializers of both branches of an If."""
+    from onnx import helper
+
+    from tests.onnx_builders import const
+
+    def branch(tag):
+        return helper.make_graph([helper.make_node("MatMul", ["x", f"w{tag}"], [f"y{tag}"])], tag,
+                                 [], [helper.make_tensor_value_info(f"y{tag}", 1, None)],
+                                 initializer=[const(f"w{tag}", (64, 32))])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("a"), else_branch=branch("b")),
+         helper.make_node("Relu", ["y"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", 1, [2, 64]), helper.make_tensor_value_info("c", 9, [])],
+        [helper.make_tensor_value_info("z", 1, None)], initializer=[const("top", (10,))])
+    proto = helper.make_model(graph)
+    weights, exact = memory.weight_bytes(proto, extract(proto))
+    assert exact and weights == 4 * (2 * 64 * 32 + 10)

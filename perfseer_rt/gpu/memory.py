@@ -36,18 +36,21 @@ def weight_bytes(proto: onnx.ModelProto | None, graph: PerfGraph) -> tuple[float
     counted per use)."""
     if proto is None:
         return float(graph.node_column("weight").sum()), False
-    seen, total = set(), 0
-    inits = list(proto.graph.initializer) + [s.values for s in proto.graph.sparse_initializer]
-    for t in inits:
-        if t.name in seen:
-            continue
-        seen.add(t.name)
-        total += math.prod(t.dims) * dtype_itemsize(t.data_type)
-    for node in proto.graph.node:  # Constant nodes hold weights too
-        if node.op_type == "Constant":
+    seen: set[str] = set()
+    total = 0
+    graphs = [proto.graph]  # and every subgraph: onnxruntime loads the weights of both
+    while graphs:           # branches of an If, of Loop bodies, ...
+        g = graphs.pop()
+        for t in list(g.initializer) + [s.values for s in g.sparse_initializer]:
+            if t.name in seen:
+                continue
+            seen.add(t.name)
+            total += math.prod(t.dims) * dtype_itemsize(t.data_type)
+        for node in g.node:
             for a in node.attribute:
-                if a.name == "value" and a.t is not None:
-                    total += math.prod(a.t.dims) * dtype_itemsize(a.t.data_type)
+                if node.op_type == "Constant" and a.name == "value" and a.t is not None:
+                    total += math.prod(a.t.dims) * dtype_itemsize(a.t.data_type)  # weights too
+                graphs += [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
     return float(total), True
 
 

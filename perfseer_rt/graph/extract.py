@@ -43,7 +43,7 @@ from perfseer_rt.graph.exporter import (
 )
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.implied import IMPLIED_DIM_WARNING, implied_dims
-from perfseer_rt.graph.inline import inline_functions
+from perfseer_rt.graph.inline import inline_branches, inline_functions
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_ELEMS, MAX_NODES, MAX_SHAPE_LEN, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.nodes import (
@@ -227,8 +227,8 @@ def extract_batches(model: ModelSource, batches: Iterable[int | None],
 
     def work(proto: onnx.ModelProto, name: str) -> list[PerfGraph]:
         st = _Structure(proto, name, max_nodes)
-        return [_extract_shaped(st, b, input_shapes, dims, Deadline(time_limit, name),
-                                reuse_skeleton=True) for b in sizes]
+        return [_extract_top(st, b, input_shapes, dims, Deadline(time_limit, name),
+                             reuse_skeleton=True) for b in sizes]
 
     return _guarded(model, work)
 
@@ -558,15 +558,53 @@ def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]) -> FastSetup | No
 
 def _extract(proto: onnx.ModelProto, name: str, batch: int | None,
              input_shapes: dict[str, Shape] | None, dims: dict[str, int] | None, max_nodes: int,
-             deadline: Deadline, depth: int = 0) -> PerfGraph:
-    return _extract_shaped(_Structure(proto, name, max_nodes), batch, input_shapes, dims,
-                           deadline, depth)
+             deadline: Deadline) -> PerfGraph:
+    return _extract_top(_Structure(proto, name, max_nodes), batch, input_shapes, dims, deadline)
+
+
+#: Share of a model's FLOPs above which a top-level If is extracted as its
+#: heavier branch (:func:`_extract_top`).
+DOMINANT_IF_SHARE = 0.5
+#: The note when a dominant If was replaced by its heavier branch.
+DOMINANT_IF_WARNING = (
+    "If node {label} does {share:.0%} of the model's work (a merged decoder's cache switch, "
+    "say): it is extracted as its heavier branch ({branch}), so the prediction is for a run "
+    "that takes that branch")
+
+
+def _extract_top(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
+                 dims: dict[str, int] | None, deadline: Deadline,
+                 reuse_skeleton: bool = False) -> PerfGraph:
+    """The PerfGraph of a model; an If that does most of its work (as
+    optimum's merged decoders switch between their with- and without-cache
+    decoders, each a whole model in a branch) is replaced by its heavier
+    branch's nodes and the model extracted again, so that the predictors
+    see those nodes and their weights, not one node of summed FLOPs."""
+    notes: list[str] = []
+    for _ in range(MAX_SUBGRAPH_DEPTH):
+        chosen: dict[str, tuple[str, float, str]] = {}
+        graph = _extract_shaped(st, batch, input_shapes, dims, deadline,
+                                reuse_skeleton=reuse_skeleton, chosen=chosen)
+        total = float(graph.globals["flops_total"])
+        picks = {o: branch for o, (branch, flops, _) in chosen.items()
+                 if total > 0 and flops / total >= DOMINANT_IF_SHARE}
+        if not picks:
+            break
+        notes += [DOMINANT_IF_WARNING.format(label=label, share=flops / total, branch=branch)
+                  for o, (branch, flops, label) in chosen.items() if o in picks]
+        st = _Structure(inline_branches(st.proto, picks), st.name, st.max_nodes)
+        reuse_skeleton = False
+    graph.warnings[:0] = notes
+    return graph
 
 
 def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
                     dims: dict[str, int] | None, deadline: Deadline, depth: int = 0,
-                    reuse_skeleton: bool = False) -> PerfGraph:
-    """The PerfGraph of a validated, folded model at one set of input shapes."""
+                    reuse_skeleton: bool = False,
+                    chosen: dict[str, tuple[str, float, str]] | None = None) -> PerfGraph:
+    """The PerfGraph of a validated, folded model at one set of input shapes.
+    ``chosen`` collects each If's heavier branch (first output -> (branch,
+    FLOPs, label))."""
     proto, name, max_nodes, weights = st.proto, st.name, st.max_nodes, st.weights
     inputs, implied = st.resolve(batch, input_shapes, dims, deadline)
     const, derived, kept, roots = st.const, st.derived, st.kept, st.roots
@@ -657,7 +695,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         note = None
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
-                                                   max_nodes, deadline, depth, known_trips)
+                                                   max_nodes, deadline, depth, known_trips, chosen)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -1152,7 +1190,8 @@ MAX_SUBGRAPH_DEPTH = 8
 
 def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                        shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
-                       depth: int, known_trips: dict[tuple[str, ...], int] | None = None
+                       depth: int, known_trips: dict[tuple[str, ...], int] | None = None,
+                       chosen: dict[str, tuple[str, float, str]] | None = None
                        ) -> tuple[NodeCost, bool, str | None]:
     """Cost of If (the heavier branch), Loop (body x trip count: a constant,
     or one computed from shapes, ``known_trips`` by the Loop's outputs; 1
@@ -1171,6 +1210,8 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         if not found or len(costs) < len(found):
             return NodeCost(0.0), False, f"{label}: a branch could not be costed"
         heavy = max(costs, key=costs.__getitem__)
+        if chosen is not None and node.output and node.output[0]:
+            chosen[node.output[0]] = (heavy, float(costs[heavy]), repr(node.name or node.output[0]))
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")

@@ -90,3 +90,37 @@ def _size(nodes: list[onnx.NodeProto], functions: dict[FunctionKey, onnx.Functio
         if total > cap:
             break
     return total
+
+
+def inline_branches(proto: onnx.ModelProto, picks: dict[str, str]) -> onnx.ModelProto:
+    """``proto`` (a copy) with each top-level If whose first output is in
+    ``picks`` replaced by the nodes and initializers of the branch named
+    there (``then_branch`` / ``else_branch``): the branch's outputs take the
+    If's output names (an Identity where a branch output is not computed in
+    the branch)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    g = m.graph
+    nodes: list[onnx.NodeProto] = []
+    for n in g.node:
+        pick = picks.get(n.output[0]) if n.op_type == "If" and not n.domain and n.output else None
+        branch = next((a.g for a in n.attribute if a.name == pick
+                       and a.type == onnx.AttributeProto.GRAPH), None) if pick else None
+        if branch is None:
+            nodes.append(n)
+            continue
+        g.initializer.extend(branch.initializer)
+        g.sparse_initializer.extend(branch.sparse_initializer)
+        made = {o for b in branch.node for o in b.output if o}
+        rename = {vo.name: o for vo, o in zip(branch.output, n.output) if o and vo.name in made}
+        for b in branch.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(b)
+            c.input[:] = [rename.get(t, t) for t in b.input]
+            c.output[:] = [rename.get(t, t) for t in b.output]
+            nodes.append(c)
+        nodes += [onnx.helper.make_node("Identity", [vo.name], [o], name=f"{o}_from_branch")
+                  for vo, o in zip(branch.output, n.output) if o and vo.name not in made]
+    del g.node[:]
+    g.node.extend(nodes)
+    return m

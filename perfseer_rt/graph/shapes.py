@@ -144,7 +144,8 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
     inputs (:func:`weight_inputs`) keep their static shape; a dynamic dim
     whose symbolic name is in ``dims`` takes that value; otherwise a dynamic
     first dim takes ``batch`` (1 when no batch is given); a static first dim
-    that differs from ``batch`` is an error. Every dim left unresolved is
+    that differs from ``batch`` is an error, except on a 1-D input (a
+    fixed-length vector such as a merged decoder's ``use_cache_branch``). Every dim left unresolved is
     listed in one error.
 
     Raises:
@@ -180,7 +181,8 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != want:
                     raise ShapeError(f"--input {vi.name}: dim {i} is fixed to {d.dim_value} "
                                      f"in the model, {want} given")
-            if batch is not None and shape and shape[0] != batch and vi.name not in weights:
+            if batch is not None and len(shape) > 1 and shape[0] != batch \
+                    and vi.name not in weights:
                 raise ShapeError(f"--input {vi.name}: first dim {shape[0]} conflicts with "
                                  f"--batch {batch}")
             resolved[vi.name] = shape
@@ -197,7 +199,9 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
             if isinstance(d.dim_param, bytes):  # protobuf hands invalid UTF-8 back as bytes
                 raise GraphError(f"input {vi.name!r} dim {i}: its symbolic name is not valid UTF-8")
             if d.HasField("dim_value") and d.dim_value > 0:
-                if i == 0 and batch is not None and d.dim_value != batch:
+                # a 1-D input of fixed length is not batched (optimum's merged decoders
+                # take use_cache_branch: bool[1]), as the profiler reads it too
+                if i == 0 and batch is not None and d.dim_value != batch and len(mdims) > 1:
                     raise ShapeError(
                         f"input {vi.name!r} has a fixed batch dim of {d.dim_value}, "
                         f"--batch {batch} asked; re-export the model with a dynamic batch "
