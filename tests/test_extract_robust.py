@@ -338,7 +338,7 @@ def test_loop_with_unknown_trip_count_assumes_one_and_says_so():
     assert any("trip count unknown" in w and "assumed 1" in w for w in g.warnings)
 
 
-def test_if_costs_the_heavier_branch_and_flags_it():
+def test_if_costs_the_heavier_branch_and_flags_it(monkeypatch):
     f = TensorProto.FLOAT
     then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
                              [helper.make_tensor_value_info("t", f, [8, 64])])
@@ -347,8 +347,13 @@ def test_if_costs_the_heavier_branch_and_flags_it():
     nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
              helper.make_node("Greater", ["s", "zero"], ["c"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
-    g = extract(model(nodes, [("x", [8, 64])], [("y", None)],
-                      [const("w", (64, 64)), const("zero", (), 0.0)]))
+    m = model(nodes, [("x", [8, 64])], [("y", None)], [const("w", (64, 64)), const("zero", (), 0.0)])
+    g = extract(m)  # the If does most of the work: extracted as its heavier branch
+    flops = dict(zip(g.node_ops, g.node_column("flops")))
+    assert "If" not in flops and flops["MatMul"] == 2 * 8 * 64 * 64
+    assert any("of the model's work" in w and "(then_branch)" in w for w in g.warnings)
+    monkeypatch.setattr(sys.modules["perfseer_rt.graph.extract"], "DOMINANT_IF_SHARE", 2.0)
+    g = extract(m)  # an If kept whole is costed as its heavier branch
     flops = dict(zip(g.node_ops, g.node_column("flops")))
     assert flops["If"] == 2 * 8 * 64 * 64
     assert any("heavier branch (then_branch" in w for w in g.warnings)
