@@ -581,19 +581,26 @@ def _extract_top(st: _Structure, batch: int | None, input_shapes: dict[str, Shap
     branch's nodes and the model extracted again, so that the predictors
     see those nodes and their weights, not one node of summed FLOPs."""
     notes: list[str] = []
+    chosen: dict[str, tuple[str, float, str]] = {}
+    graph = _extract_shaped(st, batch, input_shapes, dims, deadline,
+                            reuse_skeleton=reuse_skeleton, chosen=chosen)
     for _ in range(MAX_SUBGRAPH_DEPTH):
-        chosen: dict[str, tuple[str, float, str]] = {}
-        graph = _extract_shaped(st, batch, input_shapes, dims, deadline,
-                                reuse_skeleton=reuse_skeleton, chosen=chosen)
         total = float(graph.globals["flops_total"])
         picks = {o: branch for o, (branch, flops, _) in chosen.items()
                  if total > 0 and flops / total >= DOMINANT_IF_SHARE}
         if not picks:
             break
+        try:  # where the branch cannot stand in the graph, the If stays whole
+            st = _Structure(inline_branches(st.proto, picks), st.name, st.max_nodes)
+            inlined: dict[str, tuple[str, float, str]] = {}
+            again = _extract_shaped(st, batch, input_shapes, dims, deadline, chosen=inlined)
+        except LimitError:
+            raise
+        except PerfSeerError:
+            break
         notes += [DOMINANT_IF_WARNING.format(label=label, share=flops / total, branch=branch)
                   for o, (branch, flops, label) in chosen.items() if o in picks]
-        st = _Structure(inline_branches(st.proto, picks), st.name, st.max_nodes)
-        reuse_skeleton = False
+        graph, chosen = again, inlined
     graph.warnings[:0] = notes
     return graph
 
