@@ -640,3 +640,19 @@ def test_control_flow_without_its_subgraph_is_a_graph_error():
               [("x", [2, 3]), ("c", [], TensorProto.BOOL)], [("z", None)], opset=17)
     with pytest.raises(GraphError, match="If has no else_branch subgraph"):
         extract(m)
+
+
+@pytest.mark.parametrize("case", ["initializer", "two nodes", "graph input"])
+def test_a_tensor_defined_twice_is_refused_as_onnxruntime_refuses_it(case):
+    """Fuzz seed 38 case 8082: a mutated detector whose conv weight took the
+    name of a shape vector; onnx's data propagation then spent 2.5 GB."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["y"], ["z"])]
+    inputs, inits = [("x", [2])], []
+    if case == "initializer":
+        inits = [const("y", (2,))]
+    elif case == "two nodes":
+        nodes.append(helper.make_node("Abs", ["x"], ["y"]))
+    else:
+        inputs.append(("y", [2]))
+    with pytest.raises(GraphError, match="tensor 'y' is defined twice"):
+        extract(model(nodes, inputs, [("z", None)], inits))

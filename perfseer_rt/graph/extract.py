@@ -328,6 +328,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                 raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
                                  f"attribute {extra!r}; onnxruntime refuses such a node")
     inits = {t.name for t in g.initializer}
+    _check_single_definitions(g, name, table, inits)
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
@@ -372,6 +373,30 @@ _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 #: The subgraphs a control-flow node must hold.
 _BODIES = {"If": frozenset({"then_branch", "else_branch"}), "Loop": frozenset({"body"}),
            "Scan": frozenset({"body"})}
+
+
+def _check_single_definitions(g: onnx.GraphProto, name: str, table: list[Row],
+                              inits: set[str]) -> None:
+    """Every node output is defined once: by no other node, initializer or
+    graph input (onnxruntime refuses a "duplicate definition"; onnx's
+    inference then mixes the two, and a weight taken for a shape vector made
+    its data propagation take 2.5 GB on a fuzzed detector)."""
+    outs = [o for row in table for o in row[OUTS] if o]
+    made = set(outs)
+    twice: str | None = None
+    if len(made) != len(outs):  # a tensor two nodes write: the first in node order
+        seen: set[str] = set()
+        for o in outs:
+            if o in seen:
+                twice = o
+                break
+            seen.add(o)
+    else:
+        clash = made & (inits | {vi.name for vi in g.input})
+        twice = next((o for o in outs if o in clash), None) if clash else None
+    if twice is not None:
+        raise GraphError(f"{name}: tensor {twice!r} is defined twice (by a node and by another "
+                         "node, an initializer or a graph input); onnxruntime refuses such a model")
 
 
 def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
