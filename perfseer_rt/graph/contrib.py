@@ -226,7 +226,6 @@ def _embed_layer_norm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since:
     return [out, (INT32, ids[1][:1]), out][:n_out]
 
 
-#: op type (domain com.microsoft) -> shape rule.
 def _standard(op: str) -> Rule:
     """The pass's rule of standard op ``op`` (:data:`perfseer_rt.graph.propagate.RULES`)."""
     return RULES[op][0]
@@ -236,12 +235,6 @@ def _qlinear_binary(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: i
     """QLinearAdd / QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
     C_zp): A and B broadcast, A's element type."""
     return _standard("Add")([_x(ins, 0), _x(ins, 3)], val, {}, n_out, 14)
-
-
-def _qlinear_unary(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
-    """QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (X, X_scale, X_zp,
-    Y_scale, Y_zp): shaped like X."""
-    return _same(ins, val, attrs, n_out, since)
 
 
 def _qlinear_pool(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
@@ -279,6 +272,7 @@ def _qattention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) 
     return None if out is None else [(FLOAT, t[1]) for t in out]
 
 
+#: op type (domain com.microsoft) -> shape rule.
 CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
     "FusedMatMul": _fused_matmul,
@@ -292,7 +286,8 @@ CONTRIB_RULES: dict[str, Rule] = {
                             "BiasAdd", "BiasDropout")},
     # onnxruntime's static quantizer, QOperator format
     "QLinearAdd": _qlinear_binary, "QLinearMul": _qlinear_binary,
-    **{op: _qlinear_unary for op in ("QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax")},
+    # QLinearLeakyRelu / Sigmoid / Softmax (X, X_scale, X_zp, Y_scale, Y_zp): shaped like X
+    **{op: _same for op in ("QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax")},
     "QLinearGlobalAveragePool": _qlinear_pool, "QLinearAveragePool": _qlinear_pool,
     "QLinearConcat": _qlinear_concat, "QGemm": _qgemm, "QAttention": _qattention,
 }

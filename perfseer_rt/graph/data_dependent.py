@@ -17,6 +17,7 @@ extracts (onnx's inference with the rules below, see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from perfseer_rt.graph.nodes import Attrs
@@ -43,13 +44,6 @@ DATA_DEPENDENT_WARNING = (
     "the output sizes of {ops} node(s) depend on the data, not on the input shapes; each was "
     "assumed at its upper bound ({why}), so latency and memory are for the worst case the "
     "input shapes allow")
-
-
-def _prod(shape: Shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _axis(attrs: Attrs, rank: int, default: int) -> int | None:
@@ -83,7 +77,7 @@ def bound_shapes(op: str, ins: Sequence[TypedShape | None], attrs: Attrs, n_out:
     elem, shape = x
     rank = len(shape)
     if op == "NonZero":
-        return [(INT64, (rank, _prod(shape)))]
+        return [(INT64, (rank, math.prod(shape)))]
     if op == "TopK":
         axis = _axis(attrs, rank, -1)
         if axis is None or n_out != 2:
@@ -107,7 +101,7 @@ def bound_shapes(op: str, ins: Sequence[TypedShape | None], attrs: Attrs, n_out:
             n = shape[axis]
             y = shape
         else:
-            n = _prod(shape)
+            n = math.prod(shape)
             y = (n,)
         return [(elem, y), *[(INT64, (n,))] * (n_out - 1)][:n_out]
     if op == "Compress":
@@ -120,7 +114,7 @@ def bound_shapes(op: str, ins: Sequence[TypedShape | None], attrs: Attrs, n_out:
             if axis is None:
                 return None
             return [(elem, shape[:axis] + (min(kept, shape[axis]),) + shape[axis + 1:])]
-        return [(elem, (min(kept, _prod(shape)),))]
+        return [(elem, (min(kept, math.prod(shape)),))]
     return None
 
 

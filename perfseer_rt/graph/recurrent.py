@@ -47,12 +47,16 @@ def recurrent_flops(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     dirs, rows, width = w_shape
     if rows != gates * hidden or width != x_shape[2]:
         raise ValueError(f"{op}: W {list(w_shape)} does not fit hidden {hidden} and X {list(x_shape)}")
-    per_unit = 2 * gates * (width + hidden) + CELL_FLOPS[op]
-    if has_bias:
-        per_unit += 2 * gates
-    if has_peepholes and op == "LSTM":
-        per_unit += PEEPHOLE_FLOPS
-    return float(dirs * seq * batch * hidden * per_unit)
+    return float(dirs * seq * batch * hidden * _per_unit(op, width, hidden, has_bias,
+                                                          has_peepholes))
+
+
+def _per_unit(op: str, width: int, hidden: int, has_bias: bool, has_peepholes: bool) -> int:
+    """FLOPs per hidden unit, time step, batch row and direction."""
+    gates = GATES[op]
+    bias = 2 * gates if has_bias else 0
+    peepholes = PEEPHOLE_FLOPS if has_peepholes and op == "LSTM" else 0
+    return 2 * gates * (width + hidden) + CELL_FLOPS[op] + bias + peepholes
 
 
 def recurrent_steps(op: str, flops: float, in_elems: float, width: int, hidden: int,
@@ -62,12 +66,10 @@ def recurrent_steps(op: str, flops: float, in_elems: float, width: int, hidden: 
     ``in_elems`` (X: seq x batch x width), the hidden size and the bias.
     None where the columns do not fit.
     """
-    gates = GATES[op]
     if width < 1 or hidden < 1 or in_elems < width:
         return None
     rows = in_elems / width
-    per_unit = 2 * gates * (width + hidden) + CELL_FLOPS[op] + (2 * gates if has_bias else 0)
-    dirs = flops / (rows * hidden * per_unit)
+    dirs = flops / (rows * hidden * _per_unit(op, width, hidden, has_bias, False))
     if round(dirs) not in (1, 2) or abs(dirs - round(dirs)) > 0.05 or rows != int(rows):
         return None
     return round(dirs), int(rows)
