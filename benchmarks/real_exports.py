@@ -32,6 +32,19 @@ Sections (``--only`` picks some):
   project's environment; ``benchmarks/tf_export.py``), checked as
   ``detection`` is (at batch 1, random input); a file onnxruntime refuses is
   the converter's failure (reported, not a failed check).
+* ``video``: torchvision's video classifiers (R3D, MC3, R(2+1)D, S3D,
+  MViT-v2, Swin3D: 5-D convolutions and pooling; MViT's TorchScript export
+  keeps Python lists as ONNX sequences built in one-iteration Loops),
+  random weights, dynamic batch, 16 frames; extracted at batch 1 and checked
+  as ``detection`` is (onnxruntime's run in chunks of outputs).
+* ``moe``: transformers' mixture-of-experts LMs (Mixtral, Qwen2-MoE, OLMoE;
+  small configurations, the eager experts loop: a OneHot routing mask, one
+  NonZero per expert), TorchScript exporter, dynamic batch and sequence;
+  extracted at batch 2, seq 48 and checked as ``detection`` is, except that
+  the tokens routed to each expert are an estimate (an even share,
+  :mod:`perfseer_rt.graph.data_dependent`): a tensor below onnxruntime's
+  passes only downstream of a routing NonZero, and each layer's routed
+  total must equal onnxruntime's.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -74,7 +87,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perfseer_rt import extract  # noqa: E402
-from perfseer_rt.graph import layout  # noqa: E402
+from perfseer_rt.graph import data_dependent, layout  # noqa: E402
 from perfseer_rt.graph.perfgraph import PerfGraph  # noqa: E402
 from tests.contrib_models import run_shapes  # noqa: E402
 from training.zoo.export import export_onnx, strip_weights  # noqa: E402
@@ -306,29 +319,69 @@ def export_vision_task(name: str, path: Path) -> np.ndarray:
         return image.numpy()
 
 
-def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None = None) -> dict:
-    """Extract ``path`` (at ``batch``) and compare every edge tensor's shape
-    with onnxruntime's on ``image`` (default: random float inputs of the
-    shapes extracted): exact, above (an assumed bound) or not."""
+def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None = None,
+                dims: dict[str, int] | None = None, ids: int | None = None,
+                chunk: int | None = None) -> dict:
+    """Extract ``path`` (at ``batch`` and ``dims``) and compare every edge
+    tensor's shape with onnxruntime's on ``image`` (default: random inputs of
+    the shapes extracted, floats, or token ids below ``ids`` for integer
+    inputs): exact, above (an assumed bound) or not. Tensors downstream of
+    a NonZero taken as MoE routing are estimates: below passes there, and
+    the routed totals are compared instead."""
     t = time.process_time()
-    g = extract(path, batch=batch)
+    g = extract(path, batch=batch, dims=dims)
     out = summary(g, time.process_time() - t)
     proto = onnx.load(str(path))
     ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
     rng = np.random.default_rng(0)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input}
     feeds = {proto.graph.input[0].name: image} if image is not None else {
-        name: rng.random(shape, dtype=np.float32) for name, shape in g.input_shapes.items()}
-    ran = {n: tuple(s) for n, s in run_shapes(proto, feeds).items()}
+        name: rng.integers(0, ids or 1, shape) if types[name] == onnx.TensorProto.INT64
+        else rng.random(shape, dtype=np.float32) for name, shape in g.input_shapes.items()}
+    ran = {n: tuple(s) for n, s in run_shapes(proto, feeds, chunk).items()}
     ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes) if t in ran}
     above = [t for t, s in ours.items() if s != ran[t] and len(s) == len(ran[t])
              and all(a >= b for a, b in zip(s, ran[t]))]
+    routed, totals = _routed(proto, ours, ran)
+    estimated = [t for t, s in ours.items() if s != ran[t] and t not in above and t in routed
+                 and len(s) == len(ran[t])]
     out["shapes_checked"] = len(ours)
     out["shapes_exact"] = sum(s == ran[t] for t, s in ours.items())
     out["shapes_above"] = len(above)
+    if routed:
+        out["shapes_routed_below"] = len(estimated)
+        out["routed_totals"] = totals
+        out["routed_total_mismatches"] = [k for k, (a, b) in totals.items() if a != b]
     out["shape_mismatches"] = [f"{t}: {list(s)} vs {list(ran[t])}" for t, s in ours.items()
-                               if s != ran[t] and t not in above][:5]
-    out["warnings"] = [w for w in g.warnings if "depend on the data" in w or "node '" in w]
+                               if s != ran[t] and t not in above and t not in estimated][:5]
+    out["warnings"] = [w for w in g.warnings if "depend on the data" in w or "node '" in w
+                       or "mixture-of-experts" in w]
     return out
+
+
+def _routed(proto: onnx.ModelProto, ours: dict, ran: dict
+            ) -> tuple[set[str], dict[str, tuple[int, int]]]:
+    """The tensors downstream of a NonZero that extraction takes as MoE
+    routing (:func:`data_dependent.routing_source`), and per routing mask
+    the routed token slots summed over its experts, (ours, onnxruntime's)."""
+    producers = {o: n for n in proto.graph.node for o in n.output if o}
+    roots: dict[str, str] = {}
+    for n in proto.graph.node:
+        if n.op_type == "NonZero" and n.input:
+            src = data_dependent.routing_source(n.input[0], producers)
+            if src is not None:
+                roots[n.output[0]] = src.output[0]
+    groups = data_dependent.routing_groups(proto.graph.node, producers)
+    totals: dict[str, tuple[int, int]] = {}
+    for o, mask in roots.items():
+        if groups.get(mask, 0) >= 2 and o in ours and o in ran:
+            a, b = totals.get(mask, (0, 0))
+            totals[mask] = (a + ours[o][1], b + ran[o][1])
+    down = set(roots)
+    for n in proto.graph.node:  # graph order is topological
+        if any(i in down for i in n.input):
+            down.update(o for o in n.output if o)
+    return (down if totals else set()), totals
 
 
 def checked_vision_task(name: str, path: Path) -> dict:
@@ -418,6 +471,86 @@ def refused_by_onnxruntime(path: Path) -> None:
         raise ExportFailed(f"onnxruntime refuses the converted model: {exc}"[:400]) from exc
 
 
+#: torchvision's video classifiers, with their clip (frames, height, width).
+VIDEO = {"r3d_18": (16, 112, 112), "mc3_18": (16, 112, 112), "r2plus1d_18": (16, 112, 112),
+         "s3d": (16, 224, 224), "mvit_v2_s": (16, 224, 224), "swin3d_t": (16, 224, 224)}
+
+
+def export_video(name: str, path: Path) -> None:
+    """torchvision's video classifier ``name`` (random weights, with them),
+    dynamic batch, TorchScript exporter, at ``path``."""
+    import torch
+
+    importable_torchvision()
+    from torchvision.models import video  # type: ignore[import-untyped]
+
+    clip = torch.rand(1, 3, *VIDEO[name], generator=torch.Generator().manual_seed(0))
+    model = getattr(video, name)(weights=None).eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (clip,), str(path), dynamo=False, opset_version=17,
+                          input_names=["clip"], dynamic_axes={"clip": {0: "batch"}})
+
+
+def video_models(tmp: Path) -> Iterator[dict]:
+    for name in VIDEO:
+        row: dict = {"section": "video", "model": name}
+        path = tmp / f"{name}.onnx"
+        attempt(row, "torchscript", lambda name=name, path=path: (
+            exported(lambda: export_video(name, path)), bound_check(path, batch=1, chunk=200))[1])
+        yield row
+
+
+#: transformers' MoE LMs: config class -> its experts' settings (8 experts, 2 a token).
+MOE = {"MixtralConfig": {"num_local_experts": 8, "num_experts_per_tok": 2},
+       "Qwen2MoeConfig": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                          "shared_expert_intermediate_size": 128},
+       "OlmoeConfig": {"num_experts": 8, "num_experts_per_tok": 2}}
+MOE_VOCAB = 500
+
+
+def export_moe(config_class: str, path: Path) -> None:
+    """A small MoE LM of ``config_class`` (random weights, eager attention and
+    experts), logits, dynamic batch and sequence, TorchScript exporter."""
+    import torch
+
+    t = import_transformers()
+    config = getattr(t, config_class)(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=MOE_VOCAB, **MOE[config_class])
+    config.use_cache = False
+    config._attn_implementation = "eager"
+    config._experts_implementation = "eager"  # the grouped kernels have no ONNX export
+    model = t.AutoModelForCausalLM.from_config(config).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+    # the trace fixes the loop to the experts its tokens reach (the file runs only
+    # on inputs that reach as many): 128 tokens with random weights reach all 8
+    ids = torch.randint(0, MOE_VOCAB, (1, 128), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Logits(), (ids,), str(path), dynamo=False, opset_version=17,
+                          input_names=["input_ids"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
+
+
+def moe_models(tmp: Path) -> Iterator[dict]:
+    for config_class in MOE:
+        row: dict = {"section": "moe", "model": config_class.removesuffix("Config").lower()}
+        path = tmp / f"{config_class}.onnx"
+        attempt(row, "torchscript", lambda c=config_class, path=path: (
+            exported(lambda: export_moe(c, path)),
+            bound_check(path, batch=2, dims={"seq": 48}, ids=MOE_VOCAB))[1])
+        yield row
+
+
 def tf2onnx_models(tmp: Path) -> Iterator[dict]:
     run = subprocess.run([TF_PYTHON[0], str(ROOT / "benchmarks" / "tf_export.py"), str(tmp)],
                          capture_output=True, text=True, timeout=3600, check=False)
@@ -439,7 +572,7 @@ def tf2onnx_models(tmp: Path) -> Iterator[dict]:
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
     "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
-    "genai": genai}
+    "video": video_models, "moe": moe_models, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
@@ -449,6 +582,8 @@ def failures(row: dict) -> list[str]:
         if isinstance(v, dict):
             out += [f"{k}: unknown {v['unknown']}"] if v.get("unknown") else []
             out += [f"{k}: shapes {v['shape_mismatches']}"] if v.get("shape_mismatches") else []
+            out += [f"{k}: routed totals {v['routed_total_mismatches']}"] \
+                if v.get("routed_total_mismatches") else []
         elif k.endswith("_flops_ratio") and abs(v - 1) > FLOPS_TOLERANCE:
             out.append(f"{k} {v}")
     return out

@@ -127,14 +127,22 @@ def bert_feeds(batch, seq):
     return {"ids": ids, "segs": np.zeros_like(ids), "mask": ids}
 
 
-def run_shapes(model: onnx.ModelProto, feeds: dict) -> dict:
-    """Every node output's shape when onnxruntime runs ``model`` on ``feeds``."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for name in (o for n in m.graph.node for o in n.output if o):
-        if name not in have:
-            m.graph.output.append(onnx.ValueInfoProto(name=name))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return {n: v.shape for n, v in zip(names, sess.run(None, feeds))}
+def run_shapes(model: onnx.ModelProto, feeds: dict, chunk: int | None = None) -> dict:
+    """Every tensor node output's shape when onnxruntime runs ``model`` on
+    ``feeds`` (with ``chunk``: that many outputs a run, so that a large model's
+    activations are not all held at once)."""
+    wanted = list(dict.fromkeys(o for n in model.graph.node for o in n.output if o))
+    shapes: dict = {}
+    step = chunk or max(len(wanted), 1)
+    for start in range(0, max(len(wanted), 1), step):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        have = {o.name for o in m.graph.output}
+        for name in wanted[start:start + step]:
+            if name not in have:
+                m.graph.output.append(onnx.ValueInfoProto(name=name))
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        shapes.update((n, v.shape) for n, v in zip(names, sess.run(None, feeds))
+                      if isinstance(v, np.ndarray))  # a sequence comes back as a list
+    return shapes

@@ -4,12 +4,12 @@ scripted exports write Python lists: carried as one tensor ``(L, *S)``
 against onnxruntime running the same graph; the extraction failed before."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from perfseer_rt import extract
 from perfseer_rt.graph import sequences
+from tests.contrib_models import run_shapes
 from tests.onnx_builders import const, model
 
 I64 = TensorProto.INT64
@@ -44,16 +44,7 @@ def _list_model(split: list[int] | None) -> object:
 
 def _tensor_shapes(m, feeds) -> dict:
     """Shapes of the tensor-valued node outputs when onnxruntime runs ``m``."""
-    full = type(m)()
-    full.CopyFrom(m)
-    have = {o.name for o in full.graph.output}
-    seqs = {o for n in m.graph.node if n.op_type in sequences.PRODUCERS for o in n.output}
-    for n in m.graph.node:
-        full.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in n.output
-                                 if o not in have and o not in seqs)
-    sess = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return {k: tuple(v.shape) for k, v in zip(names, sess.run(None, feeds))}
+    return {k: tuple(v) for k, v in run_shapes(m, feeds).items()}
 
 
 @pytest.mark.parametrize("split", [None, [3, 3]])
@@ -93,3 +84,100 @@ def test_a_model_reading_a_sequence_input_is_refused_clearly():
     from perfseer_rt.errors import ShapeError
     with pytest.raises(ShapeError, match="not a tensor"):
         extract(m)
+
+
+def _class_token_model() -> object:
+    """x [N, 6, 8] -> a class token and the 5 others, listed, then read back
+    by position and concatenated (torch's ``[cls, x]`` lists)."""
+    nodes = [
+        helper.make_node("Slice", ["x", "z", "one", "ax1"], ["cls"]),
+        helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
+        helper.make_node("SequenceConstruct", ["cls", "rest"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["joined"], axis=1),
+        helper.make_node("SequenceAt", ["pair", "z0"], ["first"]),
+        helper.make_node("SequenceInsert", ["pair", "rest", "z0"], ["three"]),
+        helper.make_node("SequenceAt", ["three", "minus1"], ["last"]),
+        helper.make_node("SequenceErase", ["three", "z0"], ["two"]),
+        helper.make_node("ConcatFromSequence", ["two"], ["joined2"], axis=1),
+        *[helper.make_node("Relu", [t], [f"{t}_r"]) for t in ("joined", "first", "last", "joined2")],
+    ]
+    inits = [const("z", (1,), [0], dtype=np.int64), const("one", (1,), [1], dtype=np.int64),
+             const("six", (1,), [6], dtype=np.int64), const("ax1", (1,), [1], dtype=np.int64),
+             const("z0", (), 0, dtype=np.int64), const("minus1", (), -1, dtype=np.int64)]
+    outs = [(f"{t}_r", None) for t in ("joined", "first", "last", "joined2")]
+    return model(nodes, [("x", ["N", 6, 8])], outs, inits, opset=17)
+
+
+def test_a_list_of_unequal_tensors_is_read_item_by_item():
+    """A class token and 5 tokens concatenate to 6, not 2 x 5: the readers
+    use each item's shape where every one is known."""
+    m = _class_token_model()
+    g = extract(m, batch=2)
+    ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes)}
+    ran = _tensor_shapes(m, {"x": np.ones((2, 6, 8), np.float32)})
+    for t in ("joined", "first", "last", "joined2"):
+        assert ours[t] == ran[t], t
+    assert ours["joined"] == (2, 6, 8) and ours["first"] == (2, 1, 8)
+    assert ours["pair"] == (2, 2, 5, 8)  # the list itself: its largest item, twice
+
+
+def test_sequence_items_follow_each_producer():
+    no_values = lambda pos: None  # noqa: E731
+    base = lambda pos: [(1, 2), (3, 2)]  # noqa: E731
+    assert sequences.sequence_items("SplitToSequence", [(1, (2, 7)), (I64, ())], {"axis": 1},
+                                    lambda pos: [3], no_values) == [(2, 3), (2, 3), (2, 1)]
+    assert sequences.sequence_items("SplitToSequence", [(1, (2, 7)), (I64, (2,))], {"axis": 1},
+                                    lambda pos: [3, 3], no_values) is None  # sums to 6, not 7
+    assert sequences.sequence_items("SequenceInsert", [(1, (2, 3, 2)), (1, (5, 2)), (I64, ())],
+                                    {}, lambda pos: [1], base) == [(1, 2), (5, 2), (3, 2)]
+    assert sequences.sequence_items("SequenceInsert", [(1, (2, 3, 2)), (1, (5, 2)), (I64, ())],
+                                    {}, lambda pos: [3], base) is None  # past the end
+    assert sequences.sequence_items("SequenceErase", [(1, (2, 3, 2))], {}, no_values,
+                                    base) == [(1, 2)]
+    assert sequences.sequence_items("SequenceInsert", [(1, (2, 3, 2)), (1, (5, 2))], {},
+                                    no_values, no_values) is None  # the list is not known
+    # a reader at a position known only at run time falls back to the largest item
+    assert sequences.sequence_shapes("SequenceAt", [(1, (2, 3, 2)), (I64, ())], {}, 1,
+                                     no_values, base) == [(1, (3, 2))]
+
+
+def _one_iteration_loop() -> object:
+    """MViT's TorchScript export: a list started empty, filled by a Loop of
+    one iteration (its counter declared [1]) slicing by the counter, then
+    appended to and read back (tensor pooling's ``[cls, pooled]``)."""
+    i1 = helper.make_tensor_value_info("i", I64, [1])
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["bounds", "i"], ["start"], axis=0),
+         helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Gather", ["bounds", "i1"], ["end"], axis=0),
+         helper.make_node("Slice", ["x", "start", "end", "ax1"], ["piece"]),
+         helper.make_node("SequenceInsert", ["acc_in", "piece"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [i1, helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_sequence_value_info("acc_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_out", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+        helper.make_node("Loop", ["trips", "cond", "empty"], ["listed"], body=body),
+        helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
+        helper.make_node("SequenceInsert", ["listed", "rest"], ["both"]),
+        helper.make_node("SequenceAt", ["both", "z0"], ["cls"]),
+        helper.make_node("SequenceAt", ["both", "one0"], ["others"]),
+        helper.make_node("Concat", ["cls", "others"], ["joined"], axis=1),
+        helper.make_node("Relu", ["joined"], ["y"]),
+    ]
+    inits = [const("trips", (1,), [1], dtype=np.int64), const("cond", (), True, dtype=np.bool_),
+             const("bounds", (2,), [0, 1], dtype=np.int64), const("one", (1,), [1], dtype=np.int64),
+             const("six", (1,), [6], dtype=np.int64), const("ax1", (1,), [1], dtype=np.int64),
+             const("z0", (), 0, dtype=np.int64), const("one0", (), 1, dtype=np.int64)]
+    return model(nodes, [("x", ["N", 6, 8])], [("y", None)], inits, opset=17)
+
+
+def test_a_list_filled_by_a_loop_of_one_iteration_is_shaped_item_by_item():
+    m = _one_iteration_loop()
+    g = extract(m, batch=3)
+    ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes)}
+    ran = _tensor_shapes(m, {"x": np.ones((3, 6, 8), np.float32)})
+    assert ours["cls"] == ran["cls"] == (3, 1, 8)
+    assert ours["joined"] == ran["joined"] == (3, 6, 8)

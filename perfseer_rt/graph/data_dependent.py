@@ -18,7 +18,9 @@ extracts (onnx's inference with the rules below, see
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
 
 from perfseer_rt.graph.nodes import Attrs
 
@@ -37,6 +39,7 @@ ASSUMED = {
     "Unique": "every value distinct",
     "Compress": "every condition true",
     "Loop": "an empty loop-carried tensor gains one row per iteration",
+    "Split": "a Split of such a size takes the sizes it was traced with",
 }
 
 #: The warning when any size was assumed (ops: "3 NonZero, 1 TopK").
@@ -116,6 +119,74 @@ def bound_shapes(op: str, ins: Sequence[TypedShape | None], attrs: Attrs, n_out:
             return [(elem, shape[:axis] + (min(kept, shape[axis]),) + shape[axis + 1:])]
         return [(elem, (min(kept, math.prod(shape)),))]
     return None
+
+
+#: Ops a routing mask passes through between its OneHot and the NonZero that
+#: lists the tokens routed to one expert (their first input is followed).
+ROUTING_PASS_OPS = frozenset({"Cast", "Gather", "Squeeze", "Unsqueeze", "Transpose", "Reshape",
+                              "Identity", "Slice", "Flatten", "Greater", "Equal", "Not"})
+#: Producers :func:`routing_source` walks back through at most.
+ROUTING_SEARCH_DEPTH = 16
+
+#: The note when NonZero nodes were taken as a mixture-of-experts' routing.
+ROUTING_WARNING = (
+    "{nodes} NonZero node(s) list the tokens routed to one expert of a mixture-of-experts layer "
+    "(a slice of a one-hot routing mask): the routed token slots were assumed spread evenly "
+    "over the experts each layer loops over ({detail}), as load-balanced routing aims at; a "
+    "skewed router sends more to some experts and costs more")
+
+
+def routing_source(name: str, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto | None:
+    """The OneHot node whose one-class slice tensor ``name`` is, following
+    the first input of :data:`ROUTING_PASS_OPS` nodes (None: not found)."""
+    for _ in range(ROUTING_SEARCH_DEPTH):
+        node = producers.get(name)
+        if node is None or not node.input:
+            return None
+        if node.op_type == "OneHot" and node.domain in ("", "ai.onnx"):
+            return node
+        if node.op_type not in ROUTING_PASS_OPS or node.domain not in ("", "ai.onnx"):
+            return None
+        name = node.input[0]
+    return None
+
+
+def routing_groups(nodes: Sequence[onnx.NodeProto], producers: Mapping[str, onnx.NodeProto]
+                   ) -> dict[str, int]:
+    """OneHot output -> the number of NonZero nodes that read one-class
+    slices of it (the experts a traced MoE layer loops over)."""
+    groups: dict[str, int] = {}
+    for n in nodes:
+        if n.op_type == "NonZero" and n.input and n.domain in ("", "ai.onnx"):
+            src = routing_source(n.input[0], producers)
+            if src is not None and src.output:
+                groups[src.output[0]] = groups.get(src.output[0], 0) + 1
+    return groups
+
+
+def routed_count(mask: TypedShape | None, indices: TypedShape | None, one_hot: TypedShape | None,
+                 experts: int) -> int | None:
+    """Non-zeros of a one-class slice ``mask`` of a one-hot tensor of
+    ``indices`` (its slots) when the slots spread evenly over ``experts``
+    classes; None unless ``mask`` has one element per slot, the one-hot at
+    least two classes and ``experts`` >= 2."""
+    if mask is None or indices is None or one_hot is None or experts < 2:
+        return None
+    slots = math.prod(indices[1])
+    if slots < 1 or math.prod(mask[1]) != slots or math.prod(one_hot[1]) < 2 * slots:
+        return None
+    return -(-slots // experts)
+
+
+def routing_warning(routed: Mapping[str, tuple[int, int]]) -> str:
+    """The note for the NonZero nodes taken as routing (first output ->
+    (token slots, experts))."""
+    kinds: dict[tuple[int, int], int] = {}
+    for key in routed.values():
+        kinds[key] = kinds.get(key, 0) + 1
+    detail = "; ".join(f"{slots} slots over {experts} experts, {slots / experts:.4g} each"
+                       for slots, experts in sorted(kinds))
+    return ROUTING_WARNING.format(nodes=len(routed), detail=detail)
 
 
 def warning(counts: dict[str, int]) -> str:

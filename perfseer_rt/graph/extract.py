@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import data_dependent, dtypes, layout, sequences
@@ -952,6 +952,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     warnings += control_notes
     if completion is not None and completion.assumed:
         warnings.append(data_dependent.warning(_counts(completion.assumed)))
+    if completion is not None and completion.routed:
+        warnings.append(data_dependent.routing_warning(completion.routed))
     if completion is not None and completion.guessed:
         counts = _counts(completion.guessed)
         warnings.append(GUESSED_SHAPE_WARNING.format(
@@ -1000,6 +1002,10 @@ def _resolve_shapes(st: _Structure, inputs: dict[str, Shape], needed: set[str],
     return shapes, engine, completion
 
 
+#: Producers :meth:`_Completion._bounded` walks back through at most.
+BOUND_SEARCH_NODES = 256
+
+
 class _Completion:
     """The documented rules for outputs that onnx's inference leaves open on
     standard ops: data-dependent sizes at their upper bound
@@ -1019,6 +1025,12 @@ class _Completion:
         #: ops without a shape rule whose outputs were assumed shaped like
         #: their first input (first output -> op; _assume_unknown_op_shapes)
         self.guessed: dict[str, str] = {}
+        #: the exact item shapes of sequences, where known (sequences.sequence_items)
+        self.items: dict[str, sequences.Items] = {}
+        #: NonZeros taken as MoE routing (first output -> (token slots, experts))
+        self.routed: dict[str, tuple[int, int]] = {}
+        self._producers: dict[str, onnx.NodeProto] | None = None  # built on first use
+        self._routing: dict[str, int] | None = None  # data_dependent.routing_groups
 
     def __call__(self, node: onnx.NodeProto, shapes: dict[str, TypedShape],
                  values: dict[str, np.ndarray]) -> list[TypedShape | None] | None:
@@ -1043,8 +1055,23 @@ class _Completion:
         in_types = [shapes.get(i) if i else None for i in ins]
         if op in sequences.PRODUCERS or op in sequences.READERS:
             attrs, _, _, _ = read_attrs(node.attribute)
-            typed = sequences.sequence_shapes(op, in_types, attrs, len(node.output), int_values)
+
+            def items_of(pos: int) -> sequences.Items | None:
+                return self.items.get(ins[pos]) if len(ins) > pos and ins[pos] else None
+
+            typed = sequences.sequence_shapes(op, in_types, attrs, len(node.output), int_values,
+                                              items_of)
+            if typed is not None and op in sequences.PRODUCERS:
+                found = sequences.sequence_items(op, in_types, attrs, int_values, items_of)
+                if found is not None:
+                    self.items[node.output[0]] = found
             return None if typed is None else list(typed)
+        if op == "Split":
+            return self._split(node, in_types, int_values)
+        if op == "NonZero":
+            routed = self._routed(node, shapes)
+            if routed is not None:
+                return routed
         if op not in data_dependent.DATA_DEPENDENT_OPS:
             return None
         attrs, _, _, _ = read_attrs(node.attribute)
@@ -1053,6 +1080,78 @@ class _Completion:
             return None
         self.assumed.setdefault(node.output[0], op)
         return list(typed)
+
+    def _split(self, node: onnx.NodeProto, in_types: list[TypedShape | None],
+               int_values: Callable[[int], list[int] | None]
+               ) -> list[TypedShape | None] | None:
+        """A Split given sizes that sum below its input's axis, where that
+        axis derives from a size assumed at its upper bound: a loop traced
+        over the items found at export (transformers' MoE layers loop over
+        the experts the tracing input hit, split out of a NonZero) runs only
+        when the data gives the sizes' sum, so the outputs take the sizes."""
+        x = in_types[0] if in_types else None
+        if x is None or not (self.assumed or self.routed):
+            return None
+        attrs, _, _, _ = read_attrs(node.attribute)
+        rank = len(x[1])
+        axis = attrs.get("axis", 0)
+        if type(axis) is not int or not -rank <= axis < rank:
+            return None
+        axis %= rank
+        sizes = int_values(1) if len(node.input) > 1 and node.input[1] else attrs.get("split")
+        if not sizes or len(sizes) != len(node.output) or min(sizes) < 0 \
+                or sum(sizes) >= x[1][axis] or not self._bounded(node.input[0]):
+            return None
+        self.assumed.setdefault(node.output[0], "Split")
+        return [(x[0], x[1][:axis] + (n,) + x[1][axis + 1:]) for n in sizes]
+
+    def _routed(self, node: onnx.NodeProto, shapes: dict[str, TypedShape]
+                ) -> list[TypedShape | None] | None:
+        """A NonZero listing the tokens routed to one expert (a one-class
+        slice of a OneHot that several such NonZeros read: the experts a
+        traced MoE layer loops over) at its share of the routed slots
+        (:func:`data_dependent.routed_count`)."""
+        producers = self._producer_map()
+        src = data_dependent.routing_source(node.input[0], producers)
+        if src is None:
+            return None
+        if self._routing is None:
+            self._routing = data_dependent.routing_groups(self.proto.graph.node, producers)
+        experts = self._routing.get(src.output[0], 0)
+        mask = shapes.get(node.input[0])
+        count = data_dependent.routed_count(mask, shapes.get(src.input[0]),
+                                            shapes.get(src.output[0]), experts)
+        if mask is None or count is None:
+            return None
+        self.routed.setdefault(node.output[0], (math.prod(mask[1]), experts))
+        return [(data_dependent.INT64, (len(mask[1]), count))]
+
+    def _made_by(self, name: str, op: str) -> bool:
+        """Whether tensor ``name`` is the output of an ``op`` node."""
+        node = self._producer_map().get(name) if name else None
+        return node is not None and node.op_type == op
+
+    def _producer_map(self) -> dict[str, onnx.NodeProto]:
+        if self._producers is None:
+            self._producers = {o: n for n in self.proto.graph.node for o in n.output if o}
+        return self._producers
+
+    def _bounded(self, name: str) -> bool:
+        """Whether tensor ``name`` derives from a node whose sizes were
+        assumed (within :data:`BOUND_SEARCH_NODES` producers)."""
+        producers = self._producer_map()
+        seen: set[str] = set()
+        todo = [name]
+        while todo and len(seen) < BOUND_SEARCH_NODES:
+            t = todo.pop()
+            node = producers.get(t)
+            if t in seen or node is None:
+                continue
+            seen.add(t)
+            if any(o in self.assumed or o in self.routed for o in node.output):
+                return True
+            todo.extend(i for i in node.input if i)
+        return False
 
     def _loop(self, node: onnx.NodeProto, shapes: dict[str, TypedShape], trips: int | None
               ) -> list[TypedShape | None]:
@@ -1067,18 +1166,35 @@ class _Completion:
             self.trips[tuple(node.output)] = trips
         rows = 1 if trips is None else trips
         carried = node.input[2:]
+        scans = node.output[len(carried):]
+        body = next((a.g for a in node.attribute if a.name == "body"
+                     and a.type == onnx.AttributeProto.GRAPH), None)
+        empty = [j for j, i in enumerate(carried) if i and (shapes.get(i) or (0, (1,)))[1][:1] == (0,)]
+        found = items = None
+        if body is not None and (empty or any(o and o not in shapes for o in scans)):
+            shaped = self._body_outputs(body, node, shapes, trips)
+            if shaped is not None:
+                found, items = shaped
         out: list[TypedShape | None] = []
-        for o, i in zip(node.output, carried):
+        for j, (o, i) in enumerate(zip(node.output, carried)):
             typed = shapes.get(i) if o and i else None
-            if typed is not None and typed[1] and typed[1][0] == 0:
-                typed = (typed[0], (rows, *typed[1][1:]))
+            if typed is not None and j in empty:
+                # an empty sequence gains the items one iteration adds (the
+                # body's output from empty, as the body starts it empty), each
+                # of the shape the body gives; an empty tensor one row each
+                result = body.output[1 + j].name if body is not None \
+                    and len(body.output) > 1 + j else ""
+                grown = found.get(result) if found is not None \
+                    and self._made_by(carried[j], "SequenceEmpty") else None
+                if grown is not None and grown[1][:1] != (0,) and len(grown[1]) >= 1:
+                    typed = (typed[0], (rows * grown[1][0], *grown[1][1:]))
+                    if trips == 1 and items is not None and result in items:
+                        self.items[o] = items[result]
+                else:
+                    typed = (typed[0], (rows, *typed[1][1:]))
                 self.assumed.setdefault(o, "Loop")
             out.append(typed)
-        scans = node.output[len(carried):]
         if any(o and o not in shapes for o in scans):
-            body = next((a.g for a in node.attribute if a.name == "body"
-                         and a.type == onnx.AttributeProto.GRAPH), None)
-            found = self._body_outputs(body, node, shapes) if body is not None else None
             for o, vi in zip(scans, [] if body is None else body.output[1 + len(carried):]):
                 typed = found.get(vi.name) if found is not None else None
                 out.append(None if typed is None else (typed[0], (rows, *typed[1])))
@@ -1087,28 +1203,44 @@ class _Completion:
         return out
 
     def _body_outputs(self, body: onnx.GraphProto, node: onnx.NodeProto,
-                      shapes: dict[str, TypedShape]) -> dict[str, TypedShape] | None:
+                      shapes: dict[str, TypedShape], trips: int | None
+                      ) -> tuple[dict[str, TypedShape], dict[str, sequences.Items]] | None:
         """Shapes of a Loop body's tensors for one iteration with the carried
-        inputs' shapes (None where the body cannot be shaped)."""
+        inputs' shapes, and the item shapes of its sequences where known
+        (None where the body cannot be shaped); a loop of ``trips`` 1 is
+        shaped with its iteration number."""
         formal = [vi.name for vi in body.input]
         if len(formal) < 2:
             return None
         actual: dict[str, TypedShape | None] = {formal[0]: (7, ()), formal[1]: (9, ())}
         actual.update({f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a})
-        sub = _subgraph_model(body, actual, self.proto, shapes)
+        given: dict[str, np.ndarray | onnx.NodeProto] = {}
+        # a loop of one iteration (torch's exporter writes them): its number is 0
+        counter = body.input[0].type.tensor_type.shape.dim
+        if trips == 1 and all(d.HasField("dim_value") and d.dim_value == 1 for d in counter):
+            given[formal[0]] = np.zeros([1] * len(counter), dtype=np.int64)  # scalar or [1]
+        # an empty list carried in stays one (a tensor input of a 0 dim cannot)
+        for f, a in zip(formal[2:], node.input[2:]):
+            if self._made_by(a, "SequenceEmpty"):
+                empty = onnx.NodeProto()
+                empty.CopyFrom(self._producer_map()[a])
+                del empty.output[:]
+                empty.output.append(f)
+                given[f] = empty
+        sub = _subgraph_model(body, actual, self.proto, shapes, values=given)
         max_nodes, depth = self.nesting
         if sub is None or depth + 1 >= MAX_SUBGRAPH_DEPTH:
             return None
         try:
             st = _Structure(sub, "<subgraph>", max_nodes)
             inputs, _ = st.resolve(None, None, None, self.deadline)
-            found, _, _ = _resolve_shapes(st, inputs, {vi.name for vi in body.output},
-                                          self.deadline, depth + 1)
+            found, _, completion = _resolve_shapes(st, inputs, {vi.name for vi in body.output},
+                                                   self.deadline, depth + 1)
         except LimitError:
             raise
         except PerfSeerError:
             return None
-        return found
+        return found, (completion.items if completion is not None else {})
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
@@ -1319,11 +1451,15 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
 
 def _subgraph_model(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
                     proto: onnx.ModelProto, shapes: dict[str, TypedShape],
-                    complete: bool = True) -> onnx.ModelProto | None:
+                    complete: bool = True,
+                    values: dict[str, np.ndarray | onnx.NodeProto] | None = None
+                    ) -> onnx.ModelProto | None:
     """A subgraph as a model of its own: formal inputs take ``actual``
-    shapes (or their declared static ones), tensors of the outer scope come
-    in as inputs with their outer shapes. With ``complete``, None while a
-    tensor it reads from the outer scope has no shape yet."""
+    shapes (or their declared static ones), or are initializers (nodes)
+    where ``values`` holds their values (the nodes defining them); tensors
+    of the outer scope come in as inputs with their outer shapes. With
+    ``complete``, None while a tensor it reads from the outer scope has no
+    shape yet."""
     g = onnx.GraphProto()
     g.CopyFrom(body)
     outer = []
@@ -1335,7 +1471,12 @@ def _subgraph_model(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
     del g.input[:]
     for vi in body.input:
         typed = actual.get(vi.name) if actual else None
-        if typed is not None:
+        value = values.get(vi.name) if values else None
+        if isinstance(value, onnx.NodeProto):
+            g.node.insert(0, value)
+        elif value is not None:
+            g.initializer.append(numpy_helper.from_array(value, vi.name))
+        elif typed is not None:
             g.input.append(helper.make_tensor_value_info(vi.name, typed[0], list(typed[1])))
         else:
             g.input.append(vi)
@@ -1574,7 +1715,8 @@ def _assume_unknown_op_shapes(sk: onnx.ModelProto, nodes: list[onnx.NodeProto],
             break
         sk.graph.value_info.extend(extra)
         new, _ = infer_shapes(sk, needed, folded, deadline, completion.proto,
-                              data_prop=not completion.assumed, fill=completion)
+                              data_prop=not (completion.assumed or completion.routed),
+                              fill=completion)
         if len(new) <= len(shapes):
             break
         shapes = new

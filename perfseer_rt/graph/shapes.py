@@ -455,7 +455,8 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                         else:
                             attrs = {a.name: a.i for a in node.attribute}
                             vals = (dims[attrs.get("start", 0):attrs.get("end")],)
-                elif not (op == "Constant" and not _constant_has_data(node)):
+                elif not (op == "Constant" and not _constant_has_data(node)) \
+                        and op not in sequences.PRODUCERS:  # a list is not an array
                     vals = _fast_value(node, avail)
                     if vals is None and all(i == "" or i in avail for i in node.input) \
                             and not _output_too_big(node, avail):
@@ -498,9 +499,12 @@ def _complete_per_node(sk: onnx.ModelProto, folded: Sequence[onnx.NodeProto],
                 if i in avail:
                     data[i] = numpy_helper.from_array(np.asarray(avail[i]), i)
             else:
-                res = onnx.shape_inference.infer_node_outputs(
-                    schema, node, types, data, opset_imports=opset_list,
-                    ir_version=sk.ir_version)
+                try:
+                    res = onnx.shape_inference.infer_node_outputs(
+                        schema, node, types, data, opset_imports=opset_list,
+                        ir_version=sk.ir_version)
+                except onnx.shape_inference.InferenceError:
+                    res = {}  # inconsistent shapes (a size bounded upstream): ``fill`` decides
                 for o in missing:
                     typed = static_type(res[o]) if o in res else None
                     if typed is not None:
