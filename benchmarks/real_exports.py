@@ -45,6 +45,11 @@ Sections (``--only`` picks some):
   :mod:`perfseer_rt.graph.data_dependent`): a tensor below onnxruntime's
   passes only downstream of a routing NonZero, and each layer's routed
   total must equal onnxruntime's.
+* ``pyg``: PyTorch Geometric's GCN, GAT and GraphSAGE layers (self loops
+  removed and added with NonZero, scatter reductions, PyG's ``if x.dim()``
+  switches as If nodes on a condition computed from shapes), TorchScript
+  exporter, dynamic node and edge counts; extracted at 50 nodes and 200
+  edges and checked as ``detection`` is.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -551,6 +556,50 @@ def moe_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
+#: PyG's message-passing layers: name -> (class name, keyword arguments).
+PYG = {"gcn": ("GCNConv", {}), "gat": ("GATConv", {"heads": 2}), "sage": ("SAGEConv", {})}
+PYG_NODES, PYG_EDGES = 50, 200
+
+
+def export_pyg(name: str, path: Path) -> None:
+    """Two ``name`` layers (16 -> 32 -> 32 features, random weights) on
+    node features ``x`` and an edge index ``edges``, TorchScript exporter,
+    dynamic node and edge counts."""
+    import torch
+    import torch_geometric.nn as pyg  # type: ignore[import-untyped]
+
+    cls, kw = PYG[name]
+    heads = kw.get("heads", 1)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = getattr(pyg, cls)(16, 32, **kw)
+            self.second = getattr(pyg, cls)(32 * heads, 32, **kw)
+
+        def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+            return self.second(self.first(x, edges).relu(), edges)
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(PYG_NODES, 16, generator=gen)
+    edges = torch.randint(0, PYG_NODES, (2, PYG_EDGES), generator=gen)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (x, edges), str(path), dynamo=False, opset_version=17,
+                          input_names=["x", "edges"],
+                          dynamic_axes={"x": {0: "nodes"}, "edges": {1: "edges"}})
+
+
+def pyg_models(tmp: Path) -> Iterator[dict]:
+    for name in PYG:
+        row: dict = {"section": "pyg", "model": name}
+        path = tmp / f"{name}.onnx"
+        attempt(row, "torchscript", lambda name=name, path=path: (
+            exported(lambda: export_pyg(name, path)),
+            bound_check(path, dims={"nodes": PYG_NODES, "edges": PYG_EDGES}, ids=PYG_NODES))[1])
+        yield row
+
+
 def tf2onnx_models(tmp: Path) -> Iterator[dict]:
     run = subprocess.run([TF_PYTHON[0], str(ROOT / "benchmarks" / "tf_export.py"), str(tmp)],
                          capture_output=True, text=True, timeout=3600, check=False)
@@ -572,7 +621,7 @@ def tf2onnx_models(tmp: Path) -> Iterator[dict]:
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
     "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
-    "video": video_models, "moe": moe_models, "genai": genai}
+    "video": video_models, "moe": moe_models, "pyg": pyg_models, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:

@@ -167,6 +167,52 @@ def test_an_if_takes_the_larger_of_its_branches():
         assert out.ndim == 2 and out.shape[1] <= 12
 
 
+def _rank_switch() -> onnx.ModelProto:
+    """PyG's ``if x.dim() == 1`` as torch exports it: an If on a condition
+    computed from a shape, flattening in one branch (rank 1), keeping the
+    tensor in the other (rank 2); then a MatMul on the result."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Reshape", ["r", "flat"], ["flattened"])],
+        "then", [], [_typed("flattened", TensorProto.FLOAT, ["d"])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["r"], ["kept"]),
+         helper.make_node("MatMul", ["r", "w"], ["worked"]),
+         helper.make_node("Add", ["kept", "worked"], ["summed"])],
+        "else", [], [_typed("summed", TensorProto.FLOAT, ["d"])])  # torch declares rank 1
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["shape"]),
+        helper.make_node("Size", ["shape"], ["rank"]),
+        helper.make_node("Equal", ["rank", "one"], ["is_1d"]),
+        helper.make_node("If", ["is_1d"], ["picked"], then_branch=then_branch,
+                         else_branch=else_branch),
+        helper.make_node("MatMul", ["picked", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [_typed("x", TensorProto.FLOAT, ["N", 4])],
+                              [_typed("y", TensorProto.FLOAT, None)],
+                              initializer=[const("flat", (1,), [-1], dtype=np.int64),
+                                           const("one", (), 1, dtype=np.int64),
+                                           const("w", (4, 4))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def test_an_if_whose_condition_comes_from_shapes_takes_that_branch():
+    """The rank is known before run time, so is the branch: its shapes and
+    its cost, exactly (the larger of the two had a rank-1 then-branch against
+    a rank-2 else-branch; PyG's GAT failed to extract)."""
+    proto = _rank_switch()
+    graph = extract(proto, batch=5)
+    ours = dict(zip(graph.edge_tensors, graph.edge_shapes))
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, = sess.run(None, {"x": np.ones((5, 4), np.float32)})
+    assert ours["picked"] == (5, 4) and y.shape == (5, 4)
+    flops = dict(zip(graph.node_ops, graph.x[:, NODE_COLUMNS.index("flops")]))
+    assert flops["If"] == 2 * 5 * 4 * 4 + 5 * 4  # the else branch's MatMul and Add
+    assert not any("heavier branch" in w for w in graph.warnings)
+
+
 def test_sizes_computed_from_run_time_values_are_a_clear_shape_error():
     nodes = [helper.make_node("Reshape", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])]
     graph = helper.make_graph(nodes, "g", [_typed("x", TensorProto.FLOAT, [2, 3]),

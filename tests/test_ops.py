@@ -196,3 +196,38 @@ def test_lrn_grid_sample_and_deform_conv():
                            attrs=dict(pads=[1, 1, 1, 1]), opset=19))
     assert not dc.unknown_ops
     assert only(dc)["flops"] == 2 * 6 * 64 * 4 * 9 + BILINEAR_FLOPS * 64 * 4 * 9
+
+
+def test_fourier_transforms_cost_an_fft_per_transform():
+    """DFT and STFT (audio front ends: torch.stft exports STFT) cost
+    FFT_FLOPS N log2 N per N-point transform, half on a real signal; STFT
+    adds its window's multiply. Before, 1 FLOP per output element."""
+    from perfseer_rt.graph.ops import FFT_FLOPS
+
+    # DFT along axis 1 of a complex [2, 64, 2] signal: 2 transforms of 64 points
+    dft = extract(single_op("DFT", (2, 64, 2), attrs=dict(axis=1), opset=17))
+    assert not dft.unknown_ops
+    assert only(dft)["flops"] == 2 * FFT_FLOPS * 64 * 6
+    # a real [3, 16, 1] signal: half
+    real = extract(single_op("DFT", (3, 16, 1), attrs=dict(axis=1), opset=17))
+    assert only(real)["flops"] == 3 * 0.5 * FFT_FLOPS * 16 * 4
+    # STFT of a real 1 x 1000 signal, 256-point Hann frames every 128 samples:
+    # 1 + (1000 - 256) // 128 = 6 frames, 129 bins
+    step, window = const("step", (), 128, dtype=np.int64), const("window", (256,))
+    stft = extract(single_op("STFT", (1, 1000, 1), [step, window],
+                             extra_inputs=("step", "window"), opset=17))
+    assert not stft.unknown_ops
+    assert only(stft)["flops"] == 6 * (0.5 * FFT_FLOPS * 256 * 8 + 256)
+
+
+def test_removed_experimental_ops_of_old_files_are_shaped_and_costed():
+    """ONNX's removed experimental ops that onnxruntime still runs (the ONNX
+    model zoo's Tiny YOLOv2 starts with ImageScaler): shaped like their
+    input without the guessed-shape warning, and costed per element."""
+    m = single_op("ImageScaler", (1, 3, 8, 8), attrs=dict(scale=1 / 255, bias=[0.0, 0.0, 0.0]),
+                  opset=8)
+    m.ir_version = 3
+    g = extract(m)
+    assert not g.unknown_ops
+    assert only(g)["flops"] == 2 * 3 * 64
+    assert not any("without a shape rule" in w for w in g.warnings)

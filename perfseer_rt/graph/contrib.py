@@ -273,6 +273,9 @@ def _qattention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) 
 
 
 #: op type (domain com.microsoft) -> shape rule.
+#: ONNX's removed experimental elementwise ops (shaped like their input).
+_EXPERIMENTAL_ELEMENTWISE = ("ImageScaler", "Affine", "Scale", "ScaledTanh", "ParametricSoftplus")
+
 CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
     "FusedMatMul": _fused_matmul,
@@ -290,11 +293,14 @@ CONTRIB_RULES: dict[str, Rule] = {
     **{op: _same for op in ("QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax")},
     "QLinearGlobalAveragePool": _qlinear_pool, "QLinearAveragePool": _qlinear_pool,
     "QLinearConcat": _qlinear_concat, "QGemm": _qgemm, "QAttention": _qattention,
+    # ONNX's removed experimental ops, which old files hold (the ONNX model
+    # zoo's Tiny YOLOv2: ImageScaler) and onnxruntime still runs
+    **{op: _same for op in _EXPERIMENTAL_ELEMENTWISE},
 }
 
 
 #: Contrib ops onnxruntime registers in the ONNX domain (onnx has no schema for them).
-ONNX_DOMAIN_CONTRIB = frozenset({"SimplifiedLayerNormalization"})
+ONNX_DOMAIN_CONTRIB = frozenset({"SimplifiedLayerNormalization", *_EXPERIMENTAL_ELEMENTWISE})
 
 
 def contrib_rule(domain: str, op: str) -> Rule | None:

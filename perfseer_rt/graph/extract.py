@@ -666,6 +666,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     shapes, engine, completion = _resolve_shapes(st, inputs, needed, deadline, depth,
                                               reuse_skeleton)
     known_trips = completion.trips if completion is not None else {}
+    taken = completion.taken if completion is not None else {}
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -727,7 +728,8 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         note = None
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
-                                                   max_nodes, deadline, depth, known_trips, chosen)
+                                                   max_nodes, deadline, depth, known_trips, chosen,
+                                                   taken)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -1022,6 +1024,9 @@ class _Completion:
         self.assumed: dict[str, str] = {}
         #: trip counts of Loops known from values (the Loop's outputs -> trips)
         self.trips: dict[tuple[str, ...], int] = {}
+        #: the branch of each If whose condition is known before run time
+        #: (computed from shapes: torch's ``if x.dim() == 1``; first output -> branch)
+        self.taken: dict[str, str] = {}
         #: ops without a shape rule whose outputs were assumed shaped like
         #: their first input (first output -> op; _assume_unknown_op_shapes)
         self.guessed: dict[str, str] = {}
@@ -1039,8 +1044,11 @@ class _Completion:
         if node.domain not in ("", "ai.onnx") or not node.output:
             return None
         if op == "If":
+            taken = _condition(node.input[0] if node.input else "", values)
+            if taken is not None and node.output[0]:
+                self.taken[node.output[0]] = "then_branch" if taken else "else_branch"
             return _if_output_types(node, shapes, self.proto, self.nesting, self.deadline,
-                                    self.assumed)
+                                    self.assumed, self.taken.get(node.output[0]))
         ins = node.input
 
         def int_values(pos: int) -> list[int] | None:
@@ -1355,18 +1363,26 @@ MAX_SUBGRAPH_DEPTH = 8
 def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                        shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
                        depth: int, known_trips: dict[tuple[str, ...], int] | None = None,
-                       chosen: dict[str, tuple[str, float, str]] | None = None
+                       chosen: dict[str, tuple[str, float, str]] | None = None,
+                       taken: dict[str, str] | None = None
                        ) -> tuple[NodeCost, bool, str | None]:
-    """Cost of If (the heavier branch), Loop (body x trip count: a constant,
-    or one computed from shapes, ``known_trips`` by the Loop's outputs; 1
-    assumed when unknown) and Scan (body x scan length). Returns
-    ``(cost, ruled, warning or None)``; a body that cannot be costed gives
-    the generic cost and a warning."""
+    """Cost of If (the branch its condition selects where ``taken`` knows it
+    by the If's first output, else the heavier branch), Loop (body x trip
+    count: a constant, or one computed from shapes, ``known_trips`` by the
+    Loop's outputs; 1 assumed when unknown) and Scan (body x scan length).
+    Returns ``(cost, ruled, warning or None)``; a body that cannot be costed
+    gives the generic cost and a warning."""
     label = f"{node.op_type} node {node.name or node.output[0]!r}"
     bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     if depth >= MAX_SUBGRAPH_DEPTH:
         return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
             f"{MAX_SUBGRAPH_DEPTH} are not costed"
+    branch = (taken or {}).get(node.output[0]) if node.op_type == "If" and node.output else None
+    if branch is not None and branch in bodies:
+        flops = _subgraph_flops(bodies[branch], {}, proto, shapes, max_nodes, deadline, depth)
+        if flops is None:
+            return NodeCost(0.0), False, f"{label}: its {branch} could not be costed"
+        return NodeCost(flops), True, None
     if node.op_type == "If":
         found = {k: _subgraph_flops(g, {}, proto, shapes, max_nodes, deadline, depth)
                  for k, g in bodies.items() if k in ("then_branch", "else_branch")}
@@ -1405,6 +1421,15 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         return NodeCost(flops), True, (f"{label}: trip count unknown before run time; "
                                        "assumed 1 iteration of its body")
     return NodeCost(flops * trips), True, None
+
+
+def _condition(name: str, values: dict[str, np.ndarray]) -> bool | None:
+    """An If's condition where its value was computed before run time
+    (None: not known)."""
+    v = values.get(name) if name else None
+    if v is None or v.size != 1 or v.dtype.kind not in "biu":
+        return None
+    return bool(v.ravel()[0])
 
 
 def _int_values(name: str, values: dict[str, np.ndarray], proto: onnx.ModelProto
@@ -1587,14 +1612,20 @@ def _control_flow_shapes(nodes: Iterable[onnx.NodeProto], shapes: dict[str, Type
 
 def _if_output_types(node: onnx.NodeProto, shapes: dict[str, TypedShape],
                      proto: onnx.ModelProto, nesting: tuple[int, int], deadline: Deadline,
-                     assumed: dict[str, str]) -> list[TypedShape | None]:
-    """An If's output types: dim by dim the larger of its two branches'
+                     assumed: dict[str, str], taken: str | None = None
+                     ) -> list[TypedShape | None]:
+    """An If's output types: those of the ``taken`` branch where its
+    condition is known, else dim by dim the larger of its two branches'
     shapes (each branch's declared static shape, else the shapes of the
     branch extracted as a model of its own; the cost takes the heavier
     branch too), or the then-branch's declared static shape where only it is
     known (None for an output neither gives). Data-dependent sizes bounded
     inside a branch are added to ``assumed``."""
     branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    if taken is not None:
+        found = _branch_output_types(branches.get(taken), proto, shapes, nesting, deadline,
+                                     assumed)
+        return list(found) if found is not None else [None] * len(node.output)
     typed = [_branch_output_types(branches.get(b), proto, shapes, nesting, deadline, assumed)
              for b in ("then_branch", "else_branch")]
     out: list[TypedShape | None] = []

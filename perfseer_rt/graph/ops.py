@@ -169,6 +169,8 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "Tanh": 4, "Softplus": 3, "Softsign": 3, "Mish": 8, "Gelu": 8,
     "QuickGelu": 5, "FastGelu": 8, "BiasGelu": 9,
     "RotaryEmbedding": 3, "BiasAdd": 2, "BiasDropout": 2,
+    # ONNX's removed experimental ops that onnxruntime still runs
+    "ImageScaler": 2, "Affine": 2, "Scale": 1, "ScaledTanh": 6, "ParametricSoftplus": 5,
 }
 
 #: Ops that only move or re-view data: 0 FLOPs.
@@ -397,6 +399,36 @@ def _resize(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     return NodeCost(INTERPOLATION_FLOPS.get(mode, 4) * outs[0].elems)
 
 
+#: FLOPs of an N-point complex FFT, per N log2 N (radix-2 count); a real
+#: input's transform costs half.
+FFT_FLOPS = 5
+
+
+def _fourier(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """DFT and STFT: FFT_FLOPS N log2 N per N-point transform (half on a
+    real signal, whose last dim is 1), plus STFT's window (N a frame).
+
+    DFT's transforms run along ``axis`` (an attribute at opset 17, default
+    1; an input at opset 20, read here as its default -2); STFT's output is
+    [batch, frames, bins, 2] with N the window's length, else 2 (bins - 1)
+    one-sided, bins two-sided."""
+    x, y = _t(ins[0]), outs[0]
+    real = 0.5 if x.shape[-1] == 1 else 1.0
+    if op == "STFT":
+        window = ins[2] if len(ins) > 2 else None
+        batch, frames, bins = y.shape[0], y.shape[1], y.shape[2]
+        n = window.elems if window is not None else (
+            2 * (bins - 1) if attrs.get("onesided", 1) else bins)
+        n = max(n, 1)
+        return NodeCost(batch * frames * (real * FFT_FLOPS * n * math.log2(n) + n))
+    rank = len(x.shape)
+    axis = attrs.get("axis", 1 if len(ins) < 3 else -2)
+    axis = axis + rank if axis < 0 else axis
+    n = max(x.shape[axis], 1)
+    transforms = x.elems / (n * x.shape[-1])
+    return NodeCost(transforms * real * FFT_FLOPS * n * math.log2(n))
+
+
 def _elementwise(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     per = ELEMENTWISE_FLOPS[op]
     n_in = sum(1 for t in ins if t is not None)
@@ -563,7 +595,7 @@ COST_RULES: dict[str, CostRule] = {
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
     "NonMaxSuppression": _nms, "RoiAlign": _roi_align, "GridSample": _resize,
     "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "LRN": _lrn,
-    "DeformConv": _deform_conv,
+    "DeformConv": _deform_conv, "DFT": _fourier, "STFT": _fourier,
     **{op: _qlinear_elementwise for op in QLINEAR_ELEMENTWISE},
     "QLinearGlobalAveragePool": _qlinear_pool, "QLinearAveragePool": _qlinear_pool,
     "QGemm": _qgemm, "QAttention": _attention,
