@@ -656,3 +656,16 @@ def test_a_tensor_defined_twice_is_refused_as_onnxruntime_refuses_it(case):
         inputs.append(("y", [2]))
     with pytest.raises(GraphError, match="tensor 'y' is defined twice"):
         extract(model(nodes, inputs, [("z", None)], inits))
+
+
+def test_a_model_inconsistent_at_its_shapes_names_the_node_that_refuses_them():
+    """An export whose shapes clash (transformers' PatchTST traced by torch:
+    an Add of [B, 8, 3, 32] and [8, 32], which onnxruntime refuses to load)
+    is one line naming the node and the shapes, not advice to give shapes."""
+    m = model([helper.make_node("Add", ["x", "pos"], ["s"]),
+               helper.make_node("Relu", ["s"], ["y"])],
+              [("x", ["B", 8, 3, 32])], [("y", None)], [const("pos", (8, 32))], opset=17)
+    with pytest.raises(ShapeError, match=r"node 's' \(Add\) refuses inputs of shapes "
+                                         r"\[2, 8, 3, 32\], \[8, 32\]: .*inconsistent") as err:
+        extract(m, batch=2)
+    assert "--input" in str(err.value) and "run time" not in str(err.value)

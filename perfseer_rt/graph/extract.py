@@ -82,7 +82,14 @@ from perfseer_rt.graph.propagate import (
     tensor_value,
     value_sources,
 )
-from perfseer_rt.graph.shapes import graph_inputs, infer_shapes, resolve_inputs, skeleton, weight_inputs
+from perfseer_rt.graph.shapes import (
+    graph_inputs,
+    infer_shapes,
+    refusal,
+    resolve_inputs,
+    skeleton,
+    weight_inputs,
+)
 from perfseer_rt.graph.structure import structure_globals
 from perfseer_rt.graph.toposort import reordered, topological_order
 
@@ -671,14 +678,20 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        head = (f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
+                f"(engine: {engine}): {shown}{more}")
         foreign = _not_onnx_ops(st.table, st.proto)
+        refused = None if foreign else refusal(st.proto, shapes)
+        if refused:
+            raise ShapeError(f"{head}; {refused}: the model is inconsistent at these input "
+                             "shapes (onnxruntime refuses such a file; if other input sizes "
+                             "are valid, give them with --input or --dim)")
         why = (f"; the model has ops that are not ONNX operators at its opset ({foreign}), "
                "which onnxruntime refuses: its converter left them in" if foreign else "")
         raise ShapeError(
-            f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
-            f"(engine: {engine}): {shown}{more}{why}; give static input shapes with --input "
-            "or named dims with --dim (if every input shape is already static, their sizes "
-            "depend on values only known at run time)")
+            f"{head}{why}; give static input shapes with --input or named dims with --dim (if "
+            "every input shape is already static, their sizes depend on values only known at "
+            "run time)")
     counted: dict[str, int] = {}  # element counts, for the TensorInfos below
     by_shape: dict[Shape, int] = {}  # most tensors share a few shapes
     for t in ordered:

@@ -557,6 +557,36 @@ def _small_initializers(model: onnx.ModelProto, sk: onnx.ModelProto) -> dict[str
     return out
 
 
+def refusal(model: onnx.ModelProto, shapes: dict[str, TypedShape]) -> str | None:
+    """Why the shapes stop, where onnx's inference of one node refuses its
+    inputs' known shapes (incompatible dims: a file onnxruntime refuses too),
+    as "node 'name' (Op): message", or None. The first such node in graph
+    order; only called to explain a failure."""
+    opsets = {(imp.domain or ""): imp.version for imp in model.opset_import}
+    opset_list = list(model.opset_import)
+    for node in model.graph.node:
+        outs = [o for o in node.output if o]
+        ins = [i for i in node.input if i]
+        if not outs or all(o in shapes for o in outs) or any(i not in shapes for i in ins):
+            continue
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        schema = _schema(node.op_type, domain, opsets.get(domain, 0)) if domain in opsets else None
+        if schema is None:
+            continue
+        types = {i: helper.make_tensor_type_proto(shapes[i][0], list(shapes[i][1])) for i in ins}
+        try:
+            onnx.shape_inference.infer_node_outputs(schema, node, types, {},
+                                                    opset_imports=opset_list,
+                                                    ir_version=model.ir_version)
+        except onnx.shape_inference.InferenceError as exc:
+            shown = ", ".join(f"{list(shapes[i][1])}" for i in ins)
+            why = str(exc).split("] ", 1)[-1]
+            return f"node {node.name or outs[0]!r} ({node.op_type}) refuses inputs of shapes {shown}: {why}"
+        except Exception:  # noqa: BLE001 - no explanation from this node
+            continue
+    return None
+
+
 def _elems(shape: Iterable[Any]) -> int:
     n = 1
     for d in shape:
