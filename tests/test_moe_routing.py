@@ -7,6 +7,8 @@ bound alone would cost every token through every expert. The tokens routed
 to each expert are now an even share of the routed slots: the total is
 exact, checked against onnxruntime running the same graph."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -21,6 +23,7 @@ from tests.onnx_builders import const
 I64 = TensorProto.INT64
 F32 = TensorProto.FLOAT
 EXPERTS, TOP_K, HIDDEN, FFN = 4, 2, 8, 16
+MODELS = Path(__file__).parent / "models"
 
 
 def _moe_layer() -> onnx.ModelProto:
@@ -154,3 +157,16 @@ def test_a_split_summing_above_its_input_stays_an_error():
     with pytest.raises(Exception) as err:
         extract(m)
     assert "could not be inferred" in str(err.value)
+
+
+def test_a_traced_mixtral_extracts_with_each_expert_at_its_share():
+    """tests/models/mixtral_moe.onnx: transformers' Mixtral (8 experts, 2 a
+    token, 2 layers) as torch's TorchScript exporter writes it
+    (``python -m tests.models.build``). It failed to extract before."""
+    g = extract(MODELS / "mixtral_moe.onnx", batch=2, dims={"seq": 48})
+    ours = dict(zip(g.edge_tensors, g.edge_shapes))
+    found = sorted(s for t, s in ours.items() if "/experts/NonZero" in t)
+    # per layer: the experts hit (at most the 9 classes: its bound), and 8 routed lists
+    assert found == [(1, 9)] * 2 + [(2, 2 * 48 * 2 // 8)] * 16
+    assert any("192 slots over 8 experts, 24 each" in w for w in g.warnings)
+    assert not g.unknown_ops

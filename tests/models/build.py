@@ -197,6 +197,18 @@ def ssdlite() -> onnx.ModelProto:
         return onnx.load(str(f))
 
 
+def mixtral_moe() -> onnx.ModelProto:
+    """A small Mixtral (8 experts, 2 a token; transformers' eager experts
+    loop: a OneHot routing mask, one NonZero per expert), logits, dynamic
+    batch and sequence (benchmarks.real_exports.export_moe)."""
+    from benchmarks.real_exports import export_moe
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "m.onnx"
+        export_moe("MixtralConfig", f)
+        return onnx.load(str(f))
+
+
 def main() -> None:
     torch.manual_seed(0)
     small_bert = bert()
@@ -211,6 +223,7 @@ def main() -> None:
         "llama_dynamo_op23.onnx": lambda: llama_dynamo(23),
         "genai_llama_int4.onnx": lambda: build_genai("llama", "int4"),
         "ssdlite_detection.onnx": ssdlite,
+        "mixtral_moe.onnx": mixtral_moe,
     }
     only = set(sys.argv[1:])
     for name, build in builders.items():
