@@ -50,6 +50,11 @@ Sections (``--only`` picks some):
   switches as If nodes on a condition computed from shapes), TorchScript
   exporter, dynamic node and edge counts; extracted at 50 nodes and 200
   edges and checked as ``detection`` is.
+* ``ultralytics``: Ultralytics YOLO (v8, v10, 11, 26; detection, segmentation,
+  pose, oriented boxes, classification; dynamic and static, simplified by
+  onnxslim, with NMS in the graph) exported by ``yolo export`` under the
+  interpreter given with ``--ul-python`` (``benchmarks/ultralytics_export.py``),
+  checked as ``detection`` is at batch 2 (static: 1), 640 x 640.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -618,10 +623,36 @@ def tf2onnx_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
+#: An interpreter with ultralytics (``--ul-python``), for the ``ultralytics`` section.
+UL_PYTHON: list[str] = []
+
+
+def ultralytics_models(tmp: Path) -> Iterator[dict]:
+    run = subprocess.run([UL_PYTHON[0], str(ROOT / "benchmarks" / "ultralytics_export.py"),
+                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False,
+                         cwd=tmp)  # the exporter writes where it runs
+    for line in run.stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        if status not in ("ok", "failed"):
+            continue
+        name = rest.split(":")[0]
+        row: dict = {"section": "ultralytics", "model": name}
+        if status == "failed":
+            row["ultralytics_export_error"] = rest
+        else:
+            path = tmp / f"{name}.onnx"
+            static = name.endswith("-static")
+            attempt(row, "yolo", lambda path=path, static=static: bound_check(
+                path, batch=None if static else 2,
+                dims=None if static else {"height": 640, "width": 640}))
+        yield row
+
+
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
     "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
-    "video": video_models, "moe": moe_models, "pyg": pyg_models, "genai": genai}
+    "video": video_models, "moe": moe_models, "pyg": pyg_models,
+    "ultralytics": ultralytics_models, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
@@ -644,8 +675,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
     ap.add_argument("--tf-python", help="an interpreter with tensorflow and tf2onnx (the "
                     "tf2onnx section is skipped without one)")
+    ap.add_argument("--ul-python", help="an interpreter with ultralytics (the ultralytics "
+                    "section is skipped without one)")
     args = ap.parse_args()
     TF_PYTHON[:] = [args.tf_python] if args.tf_python else []
+    UL_PYTHON[:] = [args.ul_python] if args.ul_python else []
     rows, failed = 0, []
     for section in args.only:
         if section == "genai" and importlib.util.find_spec("onnxruntime_genai") is None:
@@ -653,6 +687,9 @@ def main() -> int:
             continue
         if section == "tf2onnx" and not TF_PYTHON:
             print(json.dumps({"section": "tf2onnx", "skipped": "no --tf-python given"}))
+            continue
+        if section == "ultralytics" and not UL_PYTHON:
+            print(json.dumps({"section": "ultralytics", "skipped": "no --ul-python given"}))
             continue
         with tempfile.TemporaryDirectory() as tmp:
             for row in SECTIONS[section](Path(tmp)):

@@ -1190,7 +1190,8 @@ class _Completion:
         scans = node.output[len(carried):]
         body = next((a.g for a in node.attribute if a.name == "body"
                      and a.type == onnx.AttributeProto.GRAPH), None)
-        empty = [j for j, i in enumerate(carried) if i and (shapes.get(i) or (0, (1,)))[1][:1] == (0,)]
+        # carried lists that start empty (a first dim of 0)
+        empty = [j for j, i in enumerate(carried) if i in shapes and shapes[i][1][:1] == (0,)]
         found = items = None
         if body is not None and (empty or any(o and o not in shapes for o in scans)):
             shaped = self._body_outputs(body, node, shapes, trips)
@@ -1210,7 +1211,9 @@ class _Completion:
                 if grown is not None and grown[1][:1] != (0,) and len(grown[1]) >= 1:
                     typed = (typed[0], (rows * grown[1][0], *grown[1][1:]))
                     if trips == 1 and items is not None and result in items:
-                        self.items[o] = items[result]
+                        self.items[o] = items[result]  # exact: no assumption made
+                        out.append(typed)
+                        continue
                 else:
                     typed = (typed[0], (rows, *typed[1][1:]))
                 self.assumed.setdefault(o, "Loop")
@@ -1235,19 +1238,7 @@ class _Completion:
             return None
         actual: dict[str, TypedShape | None] = {formal[0]: (7, ()), formal[1]: (9, ())}
         actual.update({f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a})
-        given: dict[str, np.ndarray | onnx.NodeProto] = {}
-        # a loop of one iteration (torch's exporter writes them): its number is 0
-        counter = body.input[0].type.tensor_type.shape.dim
-        if trips == 1 and all(d.HasField("dim_value") and d.dim_value == 1 for d in counter):
-            given[formal[0]] = np.zeros([1] * len(counter), dtype=np.int64)  # scalar or [1]
-        # an empty list carried in stays one (a tensor input of a 0 dim cannot)
-        for f, a in zip(formal[2:], node.input[2:]):
-            if self._made_by(a, "SequenceEmpty"):
-                empty = onnx.NodeProto()
-                empty.CopyFrom(self._producer_map()[a])
-                del empty.output[:]
-                empty.output.append(f)
-                given[f] = empty
+        given = _loop_body_values(body, node, self._producer_map(), trips)
         sub = _subgraph_model(body, actual, self.proto, shapes, values=given)
         max_nodes, depth = self.nesting
         if sub is None or depth + 1 >= MAX_SUBGRAPH_DEPTH:
@@ -1262,6 +1253,31 @@ class _Completion:
         except PerfSeerError:
             return None
         return found, (completion.items if completion is not None else {})
+
+
+def _loop_body_values(body: onnx.GraphProto, node: onnx.NodeProto,
+                      producers: dict[str, onnx.NodeProto], trips: int | None
+                      ) -> dict[str, np.ndarray | onnx.NodeProto]:
+    """What a Loop body's formal inputs are known to hold (for
+    :func:`_subgraph_model`): the iteration number 0 in a loop of one
+    iteration (torch's exporter writes them), and a list carried in empty
+    (made by SequenceEmpty) as that node, as a tensor input of a 0 dim
+    cannot stand for it."""
+    given: dict[str, np.ndarray | onnx.NodeProto] = {}
+    formal = [vi.name for vi in body.input]
+    counter = body.input[0].type.tensor_type.shape.dim if body.input else []
+    if trips == 1 and formal and all(d.HasField("dim_value") and d.dim_value == 1
+                                     for d in counter):
+        given[formal[0]] = np.zeros([1] * len(counter), dtype=np.int64)  # scalar or [1]
+    for f, a in zip(formal[2:], node.input[2:]):
+        made = producers.get(a) if a else None
+        if made is not None and made.op_type == "SequenceEmpty":
+            empty = onnx.NodeProto()
+            empty.CopyFrom(made)
+            del empty.output[:]
+            empty.output.append(f)
+            given[f] = empty
+    return given
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
@@ -1417,7 +1433,10 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         trips = _const_int(proto, node.input[0]) if node.input and node.input[0] else None
         if trips is None and known_trips:
             trips = known_trips.get(tuple(node.output))
+        given = _loop_body_values(body, node, {o: n for n in proto.graph.node for o in n.output},
+                                  trips)
     else:  # Scan: state variables, then scan inputs sliced along axis 0
+        given = {}
         n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
         n_state = len(node.input) - n_scan
         actual = {f: shapes.get(a) for f, a in zip(formal[:n_state], node.input[:n_state])}
@@ -1427,7 +1446,7 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
             if typed and typed[1]:
                 actual[f] = (typed[0], typed[1][1:])
                 trips = typed[1][0]
-    flops = _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth)
+    flops = _subgraph_flops(body, actual, proto, shapes, max_nodes, deadline, depth, given)
     if flops is None:
         return NodeCost(0.0), False, f"{label}: its body could not be costed"
     if trips is None:
@@ -1470,10 +1489,13 @@ def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
 
 def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
                     proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
-                    deadline: Deadline, depth: int) -> float | None:
+                    deadline: Deadline, depth: int,
+                    values: dict[str, np.ndarray | onnx.NodeProto] | None = None
+                    ) -> float | None:
     """Total FLOPs of a subgraph extracted as a model of its own
-    (:func:`_subgraph_model`); None where it cannot be extracted."""
-    sub = _subgraph_model(body, actual, proto, shapes, complete=False)
+    (:func:`_subgraph_model`, ``values`` as there); None where it cannot be
+    extracted."""
+    sub = _subgraph_model(body, actual, proto, shapes, complete=False, values=values)
     assert sub is not None  # noqa: S101 - complete=False always builds one
     try:
         st = _Structure(sub, "<subgraph>", max_nodes)

@@ -1,0 +1,61 @@
+"""Export Ultralytics YOLO models to ONNX (for ``benchmarks.real_exports``'
+``ultralytics`` section). Runs under an interpreter that has ``ultralytics``
+(a venv made with ``--system-site-packages`` over this project's, so that it
+shares torch and onnx): ``python benchmarks/ultralytics_export.py OUT_DIR
+[NAME ...]``. Each model is built from its YAML (random weights: nothing is
+downloaded) and exported as ``yolo export format=onnx`` does, with the
+options in its name; one line per model on stdout: ``ok NAME`` or
+``failed NAME: error``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: name -> (model YAML, export options).
+MODELS: dict[str, tuple[str, dict]] = {
+    "yolov8n": ("yolov8n.yaml", {"dynamic": True}),
+    "yolov8n-simplified": ("yolov8n.yaml", {"dynamic": True, "simplify": True}),
+    "yolov8n-nms": ("yolov8n.yaml", {"dynamic": True, "nms": True}),
+    "yolov10n": ("yolov10n.yaml", {"dynamic": True, "simplify": True}),
+    "yolo11n": ("yolo11n.yaml", {"dynamic": True, "simplify": True}),
+    "yolo11n-static": ("yolo11n.yaml", {"simplify": True}),
+    "yolo11n-seg": ("yolo11n-seg.yaml", {"dynamic": True, "simplify": True}),
+    "yolo11n-pose": ("yolo11n-pose.yaml", {"dynamic": True, "simplify": True}),
+    "yolo11n-obb": ("yolo11n-obb.yaml", {"dynamic": True, "simplify": True}),
+    "yolo11n-cls": ("yolo11n-cls.yaml", {"dynamic": True, "simplify": True}),
+    "yolo26n": ("yolo26n.yaml", {"dynamic": True, "simplify": True}),
+}
+
+
+def main() -> int:
+    os.environ["YOLO_OFFLINE"] = "1"
+    warnings.filterwarnings("ignore")
+    sys.path.insert(0, str(ROOT))
+    # torchvision's CUDA wheel under a CPU torch: its nms must be declared
+    # before ultralytics imports it (the nms=True export calls it)
+    from training.zoo.real.torchvision_compat import export_kernels
+
+    export_kernels()
+    from ultralytics import YOLO
+
+    out, names = Path(sys.argv[1]), sys.argv[2:]
+    for name in names or list(MODELS):
+        try:
+            yaml, options = MODELS[name]
+            written = YOLO(yaml).export(format="onnx", **options)
+            shutil.move(written, out / f"{name}.onnx")
+            print(f"ok {name}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the exporter's failure: reported
+            print(f"failed {name}: {type(exc).__name__}: {exc}"[:400].replace("\n", " "), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
