@@ -23,7 +23,9 @@ Sections (``--only`` picks some):
   another rank fails.
 * ``hf-vision``: transformers' audio and vision models (wav2vec2, the
   Whisper encoder, DETR, YOLOS, SegFormer, CLIP's vision tower,
-  Mask2Former) in small configurations, random weights, TorchScript
+  Mask2Former; since session 21 also RT-DETR, MobileViT, LeViT, ConvNeXt-V2,
+  Swin2SR, SAM's image encoder, Hiera, DINOv2, wav2vec2-Conformer) in small
+  configurations, random weights, TorchScript
   exporter, dynamic batch; extracted at batch 2 and checked as ``detection``
   is (random input at the extracted shapes).
 * ``tf2onnx``: Keras models (seven applications, an LSTM/GRU stack, attention,
@@ -437,6 +439,32 @@ def _hf_vision_models() -> dict[str, Callable[[], tuple]]:
             image_size=64, patch_size=16, **small)), torch.randn(1, 3, 64, 64), {0: "batch"}),
         "mask2former": lambda: (t.Mask2FormerForUniversalSegmentation(t.Mask2FormerConfig()),
                                 torch.randn(1, 3, 128, 128), {0: "batch"}),
+        # added in session 21 (each extracted exactly when tried)
+        "rt-detr": lambda: (t.RTDetrForObjectDetection(t.RTDetrConfig(
+            num_queries=30, decoder_layers=1)), torch.randn(1, 3, 128, 128), {0: "batch"}),
+        "mobilevit": lambda: (t.MobileViTForImageClassification(t.MobileViTConfig(image_size=64)),
+                              torch.randn(1, 3, 64, 64), {0: "batch"}),
+        "levit": lambda: (t.LevitForImageClassification(t.LevitConfig(image_size=64)),
+                          torch.randn(1, 3, 64, 64), {0: "batch"}),
+        "convnextv2": lambda: (t.ConvNextV2ForImageClassification(t.ConvNextV2Config(
+            hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])), torch.randn(1, 3, 64, 64),
+            {0: "batch"}),
+        "swin2sr": lambda: (t.Swin2SRForImageSuperResolution(t.Swin2SRConfig(
+            image_size=32, embed_dim=32, depths=[1, 1], num_heads=[2, 2], window_size=8)),
+            torch.randn(1, 3, 32, 32), {0: "batch"}),
+        "sam-vision": lambda: (t.SamVisionModel(t.SamVisionConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=128,
+            patch_size=16, output_channels=32, window_size=4, global_attn_indexes=[1],
+            mlp_dim=128)), torch.randn(1, 3, 128, 128), {0: "batch"}),
+        "hiera": lambda: (t.HieraForImageClassification(t.HieraConfig(
+            embed_dim=32, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2], image_size=[64, 64],
+            patch_stride=[4, 4], patch_size=[7, 7], patch_padding=[3, 3],
+            masked_unit_size=[8, 8], query_stride=[2, 2])), torch.randn(1, 3, 64, 64),
+            {0: "batch"}),
+        "dinov2": lambda: (t.Dinov2Model(t.Dinov2Config(image_size=56, patch_size=14, **small)),
+                           torch.randn(1, 3, 70, 70), {0: "batch"}),
+        "wav2vec2-conformer": lambda: (t.Wav2Vec2ConformerModel(t.Wav2Vec2ConformerConfig(
+            position_embeddings_type="relative", **small)), torch.randn(1, 8000), {0: "batch"}),
     }
 
 
@@ -507,7 +535,7 @@ def video_models(tmp: Path) -> Iterator[dict]:
         row: dict = {"section": "video", "model": name}
         path = tmp / f"{name}.onnx"
         attempt(row, "torchscript", lambda name=name, path=path: (
-            exported(lambda: export_video(name, path)), bound_check(path, batch=1, chunk=200))[1])
+            exported(lambda: export_video(name, path)), bound_check(path, batch=1, chunk=600))[1])
         yield row
 
 
@@ -629,8 +657,7 @@ UL_PYTHON: list[str] = []
 
 def ultralytics_models(tmp: Path) -> Iterator[dict]:
     run = subprocess.run([UL_PYTHON[0], str(ROOT / "benchmarks" / "ultralytics_export.py"),
-                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False,
-                         cwd=tmp)  # the exporter writes where it runs
+                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False)
     for line in run.stdout.splitlines():
         status, _, rest = line.partition(" ")
         if status not in ("ok", "failed"):

@@ -45,7 +45,10 @@ def main() -> int:
     export_kernels()
     from ultralytics import YOLO
 
-    out, names = Path(sys.argv[1]), sys.argv[2:]
+    out, names = Path(sys.argv[1]).resolve(), sys.argv[2:]
+    scratch = out / "exporting"  # the exporter writes NAME.onnx where it runs
+    scratch.mkdir(exist_ok=True)
+    os.chdir(scratch)
     for name in names or list(MODELS):
         try:
             yaml, options = MODELS[name]

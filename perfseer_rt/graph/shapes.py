@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
-from perfseer_rt.graph import sequences
+from perfseer_rt.graph import dim_expressions, sequences
 from perfseer_rt.graph.limits import (
     MAX_BATCH,
     MAX_CONST_ELEMS,
@@ -209,13 +209,20 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                 dims_out.append(d.dim_value)
             elif d.dim_param and d.dim_param in dims:
                 dims_out.append(dims[d.dim_param])
+            elif d.dim_param and (value := dim_expressions.evaluate(d.dim_param, dims)) \
+                    is not None:  # "past_sequence_length + sequence_length"
+                dims_out.append(_check_dim_value(f"input {vi.name!r} dim {i} "
+                                                 f"({d.dim_param!r})", value))
             elif i == 0:
                 dims_out.append(batch if batch is not None else 1)
             else:
                 label = f" ({d.dim_param!r})" if d.dim_param else ""
                 unresolved.append(f"input {vi.name!r} dim {i}{label} is dynamic")
-                if d.dim_param:
-                    params_seen.add(d.dim_param)
+                if d.dim_param:  # an expression's names, not the expression
+                    params_seen.update(n for n in dim_expressions.names(d.dim_param)
+                                       if n not in dims)
+                    if not dim_expressions.names(d.dim_param):
+                        params_seen.add(d.dim_param)
                 dims_out.append(-1)
         resolved[vi.name] = tuple(dims_out)
         for i, d in enumerate(dims_out):
