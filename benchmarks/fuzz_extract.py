@@ -480,13 +480,14 @@ def summarize(results: list[dict], seed: int) -> dict:
     summary: Counter = Counter(r["outcome"] for r in results)
     errors = Counter(r["error"] for r in results if r["outcome"] == "typed" and "error" in r)
     slowest = max(((r.get("cpu_s", 0.0), r["case"]) for r in results), default=(0.0, -1))
+    largest = max(((r.get("mem_mb", 0.0), r["case"]) for r in results), default=(0.0, -1))
     failures = [r for r in results if _is_failure(r)]
     return {"cases": len(results), "seed": seed, "ok": summary["ok"], "typed": summary["typed"],
             "internal": summary["internal"], "traceback": summary["traceback"],
             "aborted": summary["abort"],
             "slow_over_5s": sum(r.get("cpu_s", 0) > SLOW_S for r in results),
             "over_memory": sum(r.get("mem_mb", 0) > MEMORY_MB for r in results),
-            "largest_mem_mb": round(max((r.get("mem_mb", 0.0) for r in results), default=0.0), 1),
+            "largest_mem_mb": round(largest[0], 1), "largest_mem_case": largest[1],
             "bad_features": sum(bool(r.get("bad_features")) for r in results),
             "files_written": sum(bool(r.get("written")) for r in results),
             "typed_by_class": dict(errors),

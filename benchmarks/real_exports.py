@@ -57,6 +57,14 @@ Sections (``--only`` picks some):
   onnxslim, with NMS in the graph) exported by ``yolo export`` under the
   interpreter given with ``--ul-python`` (``benchmarks/ultralytics_export.py``),
   checked as ``detection`` is at batch 2 (static: 1), 640 x 640.
+* ``optimum``: optimum-onnx's exports (``optimum-cli export onnx``) of small
+  GPT-2 and LLaMA (with their KV cache: the mask's dim is named
+  ``past_sequence_length + sequence_length``), T5 and Whisper (encoder,
+  decoder, decoder with past, and the merged decoder whose If switches the
+  cache), BERT and ViT, under the interpreter given with
+  ``--optimum-python`` (``benchmarks/optimum_export.py``); each file
+  extracted at :data:`OPTIMUM_DIMS` and checked as ``detection`` is (a
+  merged decoder run on the branch extraction took).
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -333,13 +341,15 @@ def export_vision_task(name: str, path: Path) -> np.ndarray:
 
 def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None = None,
                 dims: dict[str, int] | None = None, ids: int | None = None,
-                chunk: int | None = None) -> dict:
+                chunk: int | None = None,
+                feeds_for: Callable[[PerfGraph, onnx.ModelProto], dict] | None = None) -> dict:
     """Extract ``path`` (at ``batch`` and ``dims``) and compare every edge
-    tensor's shape with onnxruntime's on ``image`` (default: random inputs of
-    the shapes extracted, floats, or token ids below ``ids`` for integer
-    inputs): exact, above (an assumed bound) or not. Tensors downstream of
-    a NonZero taken as MoE routing are estimates: below passes there, and
-    the routed totals are compared instead."""
+    tensor's shape with onnxruntime's on ``image`` (default: ``feeds_for``'s
+    inputs for the extracted graph, else random inputs of the shapes
+    extracted, floats, or token ids below ``ids`` for integer inputs):
+    exact, above (an assumed bound) or not. Tensors downstream of a NonZero
+    taken as MoE routing are estimates: below passes there, and the routed
+    totals are compared instead."""
     t = time.process_time()
     g = extract(path, batch=batch, dims=dims)
     out = summary(g, time.process_time() - t)
@@ -347,7 +357,8 @@ def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None =
     ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
     rng = np.random.default_rng(0)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input}
-    feeds = {proto.graph.input[0].name: image} if image is not None else {
+    feeds = {proto.graph.input[0].name: image} if image is not None else feeds_for(
+        g, proto) if feeds_for is not None else {
         name: rng.integers(0, ids or 1, shape) if types[name] == onnx.TensorProto.INT64
         else rng.random(shape, dtype=np.float32) for name, shape in g.input_shapes.items()}
     ran = {n: tuple(s) for n, s in run_shapes(proto, feeds, chunk).items()}
@@ -675,11 +686,62 @@ def ultralytics_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
+#: An interpreter with optimum-onnx (``--optimum-python``), for the ``optimum`` section.
+OPTIMUM_PYTHON: list[str] = []
+#: The dims optimum's exports are extracted at (Whisper's encoder takes 3,000
+#: frames, which its decoders see as 1,500 encoder states).
+OPTIMUM_DIMS = {"batch_size": 2, "sequence_length": 8, "past_sequence_length": 5,
+                "encoder_sequence_length": 16, "decoder_sequence_length": 8,
+                "past_decoder_sequence_length": 5, "num_channels": 3, "height": 64,
+                "width": 64, "feature_size": 80}
+WHISPER_FRAMES = {"encoder_model.onnx": 3000, "*": 1500}
+
+
+def _optimum_feeds(g: PerfGraph, proto: onnx.ModelProto) -> dict:
+    """Inputs for an optimum export at the extracted shapes: ones for ids,
+    masks and positions, random floats, and a merged decoder's
+    ``use_cache_branch`` set to the branch extraction took."""
+    rng = np.random.default_rng(0)
+    took_cache = any("(then_branch)" in w for w in g.warnings)
+    feeds = {}
+    for vi in proto.graph.input:
+        shape, elem = g.input_shapes[vi.name], vi.type.tensor_type.elem_type
+        if elem == onnx.TensorProto.BOOL:
+            feeds[vi.name] = np.full(shape, took_cache)
+        elif elem == onnx.TensorProto.INT64:
+            feeds[vi.name] = np.ones(shape, np.int64)
+        else:
+            feeds[vi.name] = rng.random(shape, dtype=np.float32)
+    return feeds
+
+
+def optimum_models(tmp: Path) -> Iterator[dict]:
+    run = subprocess.run([OPTIMUM_PYTHON[0], str(ROOT / "benchmarks" / "optimum_export.py"),
+                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False)
+    for line in run.stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        if status not in ("ok", "failed"):
+            continue
+        name = rest.split(":")[0]
+        if status == "failed":
+            yield {"section": "optimum", "model": name, "optimum_export_error": rest}
+            continue
+        for path in sorted((tmp / name).glob("*.onnx")):
+            row: dict = {"section": "optimum", "model": f"{name}/{path.name}"}
+            dims = dict(OPTIMUM_DIMS)
+            if name == "whisper":
+                dims["encoder_sequence_length"] = WHISPER_FRAMES.get(path.name,
+                                                                     WHISPER_FRAMES["*"])
+            attempt(row, "optimum", lambda path=path, dims=dims: bound_check(
+                path, dims=dims, feeds_for=_optimum_feeds))
+            yield row
+
+
 SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
     "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
     "video": video_models, "moe": moe_models, "pyg": pyg_models,
-    "ultralytics": ultralytics_models, "genai": genai}
+    "ultralytics": ultralytics_models, "optimum": optimum_models, "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
@@ -704,9 +766,12 @@ def main() -> int:
                     "tf2onnx section is skipped without one)")
     ap.add_argument("--ul-python", help="an interpreter with ultralytics (the ultralytics "
                     "section is skipped without one)")
+    ap.add_argument("--optimum-python", help="an interpreter with optimum-onnx (the optimum "
+                    "section is skipped without one)")
     args = ap.parse_args()
     TF_PYTHON[:] = [args.tf_python] if args.tf_python else []
     UL_PYTHON[:] = [args.ul_python] if args.ul_python else []
+    OPTIMUM_PYTHON[:] = [args.optimum_python] if args.optimum_python else []
     rows, failed = 0, []
     for section in args.only:
         if section == "genai" and importlib.util.find_spec("onnxruntime_genai") is None:
@@ -717,6 +782,9 @@ def main() -> int:
             continue
         if section == "ultralytics" and not UL_PYTHON:
             print(json.dumps({"section": "ultralytics", "skipped": "no --ul-python given"}))
+            continue
+        if section == "optimum" and not OPTIMUM_PYTHON:
+            print(json.dumps({"section": "optimum", "skipped": "no --optimum-python given"}))
             continue
         with tempfile.TemporaryDirectory() as tmp:
             for row in SECTIONS[section](Path(tmp)):

@@ -55,4 +55,7 @@ def emit_json(obj: Any) -> None:
 input_opt = click.option("--input", "inputs", multiple=True, metavar="NAME:D1xD2x...",
                          help="Shape of one graph input (repeatable).")
 dim_opt = click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
-                       help="Size of every input dim with this symbolic name (repeatable).")
+                       help="Size of every input dim with this symbolic name (repeatable); "
+                            "dims named by an expression of these take its value; a switch "
+                            "input of this name (a merged decoder's use_cache_branch) takes "
+                            "the value.")

@@ -91,6 +91,7 @@ from perfseer_rt.graph.shapes import (
     weight_inputs,
 )
 from perfseer_rt.graph.structure import structure_globals
+from perfseer_rt.graph.switches import fix_switches, switch_shape
 from perfseer_rt.graph.toposort import reordered, topological_order
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,11 @@ def extract(model: ModelSource, batch: int | None = None,
         input_shapes: explicit static shapes by input name.
         dims: values of symbolic dims by name (``{"seq": 128, "past": 0}``
             sets every input dim so named); 0 is allowed here (empty caches).
+            A dim named by an expression of named dims takes its value
+            (:mod:`perfseer_rt.graph.dim_expressions`), and an input that
+            switches the model's path (a merged decoder's
+            ``use_cache_branch: bool[1]``) named here takes the value
+            (:mod:`perfseer_rt.graph.switches`).
         max_nodes: node cap (main graph and subgraphs together).
         time_limit: CPU seconds before :class:`LimitError` (None: no limit).
 
@@ -233,7 +239,7 @@ def extract_batches(model: ModelSource, batches: Iterable[int | None],
     sizes = list(batches)
 
     def work(proto: onnx.ModelProto, name: str) -> list[PerfGraph]:
-        st = _Structure(proto, name, max_nodes)
+        st = _Structure(fix_switches(proto, dims), name, max_nodes)
         return [_extract_top(st, b, input_shapes, dims, Deadline(time_limit, name),
                              reuse_skeleton=True) for b in sizes]
 
@@ -591,17 +597,25 @@ def _fast_setup(proto: onnx.ModelProto, inits: list[InitInfo]) -> FastSetup | No
 def _extract(proto: onnx.ModelProto, name: str, batch: int | None,
              input_shapes: dict[str, Shape] | None, dims: dict[str, int] | None, max_nodes: int,
              deadline: Deadline) -> PerfGraph:
-    return _extract_top(_Structure(proto, name, max_nodes), batch, input_shapes, dims, deadline)
+    return _extract_top(_Structure(fix_switches(proto, dims), name, max_nodes), batch,
+                        input_shapes, dims, deadline)
 
 
 #: Share of a model's FLOPs above which a top-level If is extracted as its
 #: heavier branch (:func:`_extract_top`).
 DOMINANT_IF_SHARE = 0.5
-#: The note when a dominant If was replaced by its heavier branch.
+#: The note when a dominant If was replaced by a branch ({why}: "its heavier
+#: branch", or "the branch its condition selects").
 DOMINANT_IF_WARNING = (
     "If node {label} does {share:.0%} of the model's work (a merged decoder's cache switch, "
-    "say): it is extracted as its heavier branch ({branch}), so the prediction is for a run "
-    "that takes that branch")
+    "say): it is extracted as {why} ({branch}), so the prediction is for a run that takes "
+    "that branch{hint}")
+#: Added to it where the heavier branch was taken and the condition is a
+#: switch input (:mod:`perfseer_rt.graph.switches`) the caller can set.
+SWITCH_HINT = ("; its condition is the input {name!r}: --dim {name}=1 takes then_branch, "
+               "--dim {name}=0 else_branch")
+#: A dominant If's branch taken: (branch, FLOPs, label, why, hint) by first output.
+Chosen = dict[str, tuple[str, float, str, str, str]]
 
 
 def _extract_top(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
@@ -613,25 +627,26 @@ def _extract_top(st: _Structure, batch: int | None, input_shapes: dict[str, Shap
     branch's nodes and the model extracted again, so that the predictors
     see those nodes and their weights, not one node of summed FLOPs."""
     notes: list[str] = []
-    chosen: dict[str, tuple[str, float, str]] = {}
+    chosen: Chosen = {}
     graph = _extract_shaped(st, batch, input_shapes, dims, deadline,
                             reuse_skeleton=reuse_skeleton, chosen=chosen)
     for _ in range(MAX_SUBGRAPH_DEPTH):
         total = float(graph.globals["flops_total"])
-        picks = {o: branch for o, (branch, flops, _) in chosen.items()
+        picks = {o: branch for o, (branch, flops, *_) in chosen.items()
                  if total > 0 and flops / total >= DOMINANT_IF_SHARE}
         if not picks:
             break
         try:  # where the branch cannot stand in the graph, the If stays whole
             st = _Structure(inline_branches(st.proto, picks), st.name, st.max_nodes)
-            inlined: dict[str, tuple[str, float, str]] = {}
+            inlined: Chosen = {}
             again = _extract_shaped(st, batch, input_shapes, dims, deadline, chosen=inlined)
         except LimitError:
             raise
         except PerfSeerError:
             break
-        notes += [DOMINANT_IF_WARNING.format(label=label, share=flops / total, branch=branch)
-                  for o, (branch, flops, label) in chosen.items() if o in picks]
+        notes += [DOMINANT_IF_WARNING.format(label=label, share=flops / total, branch=branch,
+                                             why=why, hint=hint)
+                  for o, (branch, flops, label, why, hint) in chosen.items() if o in picks]
         graph, chosen = again, inlined
     graph.warnings[:0] = notes
     return graph
@@ -640,7 +655,7 @@ def _extract_top(st: _Structure, batch: int | None, input_shapes: dict[str, Shap
 def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, Shape] | None,
                     dims: dict[str, int] | None, deadline: Deadline, depth: int = 0,
                     reuse_skeleton: bool = False,
-                    chosen: dict[str, tuple[str, float, str]] | None = None) -> PerfGraph:
+                    chosen: Chosen | None = None) -> PerfGraph:
     """The PerfGraph of a validated, folded model at one set of input shapes.
     ``chosen`` collects each If's heavier branch (first output -> (branch,
     FLOPs, label))."""
@@ -1392,7 +1407,7 @@ MAX_SUBGRAPH_DEPTH = 8
 def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                        shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
                        depth: int, known_trips: dict[tuple[str, ...], int] | None = None,
-                       chosen: dict[str, tuple[str, float, str]] | None = None,
+                       chosen: Chosen | None = None,
                        taken: dict[str, str] | None = None
                        ) -> tuple[NodeCost, bool, str | None]:
     """Cost of If (the branch its condition selects where ``taken`` knows it
@@ -1407,10 +1422,18 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         return NodeCost(0.0), False, f"{label}: subgraphs nested deeper than " \
             f"{MAX_SUBGRAPH_DEPTH} are not costed"
     branch = (taken or {}).get(node.output[0]) if node.op_type == "If" and node.output else None
+    if node.op_type == "If" and branch is None and node.input and node.input[0]:
+        constant = _constant_of(proto, node.input[0])  # a switch set by the caller, say
+        known = _condition(node.input[0], {node.input[0]: constant}) if constant is not None \
+            else None
+        branch = None if known is None else "then_branch" if known else "else_branch"
     if branch is not None and branch in bodies:
         flops = _subgraph_flops(bodies[branch], {}, proto, shapes, max_nodes, deadline, depth)
         if flops is None:
             return NodeCost(0.0), False, f"{label}: its {branch} could not be costed"
+        if chosen is not None:
+            chosen[node.output[0]] = (branch, float(flops), repr(node.name or node.output[0]),
+                                      "the branch its condition selects", "")
         return NodeCost(flops), True, None
     if node.op_type == "If":
         found = {k: _subgraph_flops(g, {}, proto, shapes, max_nodes, deadline, depth)
@@ -1420,7 +1443,12 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
             return NodeCost(0.0), False, f"{label}: a branch could not be costed"
         heavy = max(costs, key=costs.__getitem__)
         if chosen is not None and node.output and node.output[0]:
-            chosen[node.output[0]] = (heavy, float(costs[heavy]), repr(node.name or node.output[0]))
+            cond = node.input[0] if node.input else ""
+            switch = next((vi for vi in proto.graph.input if vi.name == cond
+                           and switch_shape(vi) is not None), None)
+            hint = SWITCH_HINT.format(name=cond) if switch is not None else ""
+            chosen[node.output[0]] = (heavy, float(costs[heavy]), repr(node.name or node.output[0]),
+                                      "its heavier branch", hint)
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")
@@ -1472,13 +1500,19 @@ def _int_values(name: str, values: dict[str, np.ndarray], proto: onnx.ModelProto
         return None
     v = values.get(name)
     if v is None:
-        found = [t for t in proto.graph.initializer if t.name == name]
-        found += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
-                  for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-        v = tensor_value(found[0]) if found else None
+        v = _constant_of(proto, name)
     if v is None or v.dtype.kind not in "iu" or v.size > MAX_CONST_ELEMS:
         return None
     return [int(x) for x in np.asarray(v).ravel()]
+
+
+def _constant_of(proto: onnx.ModelProto, name: str) -> np.ndarray | None:
+    """The value of an initializer or Constant node of the graph (None:
+    neither, or data not in the file)."""
+    found = [t for t in proto.graph.initializer if t.name == name]
+    found += [a.t for n in proto.graph.node if n.op_type == "Constant" and name in n.output
+              for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    return tensor_value(found[0]) if found else None
 
 
 def _const_int(proto: onnx.ModelProto, name: str) -> int | None:
