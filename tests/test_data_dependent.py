@@ -465,3 +465,30 @@ def test_a_merged_decoders_switch_input_picks_its_branch(switch):
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     sess.run(None, {"x": np.ones((4, 16), np.float32),
                     "use_cache_branch": np.array([bool(switch)])})  # the file runs either way
+
+
+def test_an_if_on_a_size_the_data_decides_keeps_the_heavier_branch():
+    """A detector's ``if boxes.numel() > 0``: the count is NonZero's,
+    assumed at its bound, so the condition computed from it is no fact (the
+    bound says "some" whatever the data): the heavier branch is costed, as
+    for any condition known only at run time."""
+    light = helper.make_graph([helper.make_node("ReduceMax", ["x", "axis0"], ["pooled"])],
+                              "then", [], [_typed("pooled", TensorProto.FLOAT, None)])
+    work = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                              helper.make_node("MatMul", ["h", "w"], ["some"])], "else", [],
+                             [_typed("some", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Size", ["nz"], ["count"]),
+             helper.make_node("Greater", ["count", "zero"], ["any_boxes"]),
+             helper.make_node("If", ["any_boxes"], ["out"], then_branch=light, else_branch=work),
+             helper.make_node("Relu", ["out"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_typed("x", TensorProto.FLOAT, ["N", 8])],
+                              [_typed("y", TensorProto.FLOAT, None)],
+                              initializer=[const("w", (8, 8)), const("zero", (), 0, dtype=np.int64),
+                                           const("axis0", (1,), [0], dtype=np.int64)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    g = extract(m, batch=3)
+    assert dict(zip(g.edge_tensors, g.edge_shapes))["out"] == (3, 8)  # the larger of (1, 8), (3, 8)
+    assert any("heavier branch (else_branch" in w for w in g.warnings)
+    assert not any("the branch its condition selects" in w for w in g.warnings)

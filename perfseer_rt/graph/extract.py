@@ -1072,7 +1072,10 @@ class _Completion:
         if node.domain not in ("", "ai.onnx") or not node.output:
             return None
         if op == "If":
-            taken = _condition(node.input[0] if node.input else "", values)
+            cond = node.input[0] if node.input else ""
+            # known from shapes, not from sizes assumed at a bound (a detector's
+            # "no boxes" test on NonZero's bound: the data decides it)
+            taken = _condition(cond, values) if not self._bounded(cond) else None
             if taken is not None and node.output[0]:
                 self.taken[node.output[0]] = "then_branch" if taken else "else_branch"
             return _if_output_types(node, shapes, self.proto, self.nesting, self.deadline,
