@@ -65,6 +65,11 @@ Sections (``--only`` picks some):
   ``--optimum-python`` (``benchmarks/optimum_export.py``); each file
   extracted at :data:`OPTIMUM_DIMS` and checked as ``detection`` is (a
   merged decoder run on the branch extraction took).
+* ``jax2onnx``: Flax (nnx) models (a CNN with batch norm, a transformer
+  block, a two-block LM with int32 ids) and a jax.numpy attention function
+  exported by jax2onnx under the interpreter given with ``--jax-python``
+  (``benchmarks/jax_export.py``), symbolic dims ``B`` and ``T``; extracted
+  at B 2, T 12 and checked as ``detection`` is.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
   builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
@@ -359,7 +364,8 @@ def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None =
     types = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input}
     feeds = {proto.graph.input[0].name: image} if image is not None else feeds_for(
         g, proto) if feeds_for is not None else {
-        name: rng.integers(0, ids or 1, shape) if types[name] == onnx.TensorProto.INT64
+        name: rng.integers(0, ids or 1, shape).astype(onnx.helper.tensor_dtype_to_np_dtype(
+            types[name])) if types[name] in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
         else rng.random(shape, dtype=np.float32) for name, shape in g.input_shapes.items()}
     ran = {n: tuple(s) for n, s in run_shapes(proto, feeds, chunk).items()}
     ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes) if t in ran}
@@ -508,10 +514,6 @@ def hf_vision(tmp: Path) -> Iterator[dict]:
         yield row
 
 
-#: An interpreter with TensorFlow and tf2onnx (``--tf-python``), for the ``tf2onnx`` section.
-TF_PYTHON: list[str] = []
-
-
 def refused_by_onnxruntime(path: Path) -> None:
     """ExportFailed where onnxruntime cannot load the converted file."""
     try:
@@ -644,17 +646,32 @@ def pyg_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
-def tf2onnx_models(tmp: Path) -> Iterator[dict]:
-    run = subprocess.run([TF_PYTHON[0], str(ROOT / "benchmarks" / "tf_export.py"), str(tmp)],
-                         capture_output=True, text=True, timeout=3600, check=False)
+#: Interpreters of the toolchains that do not share this project's
+#: environment, by section (``--tf-python``, ``--ul-python``,
+#: ``--optimum-python``, ``--jax-python``); a section without one is skipped.
+TOOLCHAINS: dict[str, str] = {}
+#: Each such section's export script (``ok NAME`` / ``failed NAME: error`` lines).
+EXPORT_SCRIPTS = {"tf2onnx": "tf_export.py", "ultralytics": "ultralytics_export.py",
+                  "optimum": "optimum_export.py", "jax2onnx": "jax_export.py"}
+
+
+def exported_by(section: str, tmp: Path) -> Iterator[tuple[str, str | None]]:
+    """Run ``section``'s export script under its interpreter into ``tmp``:
+    (model name, None) per model written, (name, error) per failure."""
+    script = ROOT / "benchmarks" / EXPORT_SCRIPTS[section]
+    run = subprocess.run([TOOLCHAINS[section], str(script), str(tmp)], capture_output=True,
+                         text=True, timeout=3600, check=False)
     for line in run.stdout.splitlines():
         status, _, rest = line.partition(" ")
-        if status not in ("ok", "failed"):
-            continue
-        name = rest.split(":")[0]
+        if status in ("ok", "failed"):
+            yield rest.split(":")[0], (rest if status == "failed" else None)
+
+
+def tf2onnx_models(tmp: Path) -> Iterator[dict]:
+    for name, error in exported_by("tf2onnx", tmp):
         row: dict = {"section": "tf2onnx", "model": name}
-        if status == "failed":
-            row["tf2onnx_export_error"] = rest
+        if error is not None:
+            row["tf2onnx_export_error"] = error
         else:
             path = tmp / f"{name}.onnx"
             attempt(row, "tf2onnx", lambda path=path: (refused_by_onnxruntime(path),
@@ -662,21 +679,11 @@ def tf2onnx_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
-#: An interpreter with ultralytics (``--ul-python``), for the ``ultralytics`` section.
-UL_PYTHON: list[str] = []
-
-
 def ultralytics_models(tmp: Path) -> Iterator[dict]:
-    run = subprocess.run([UL_PYTHON[0], str(ROOT / "benchmarks" / "ultralytics_export.py"),
-                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False)
-    for line in run.stdout.splitlines():
-        status, _, rest = line.partition(" ")
-        if status not in ("ok", "failed"):
-            continue
-        name = rest.split(":")[0]
+    for name, error in exported_by("ultralytics", tmp):
         row: dict = {"section": "ultralytics", "model": name}
-        if status == "failed":
-            row["ultralytics_export_error"] = rest
+        if error is not None:
+            row["ultralytics_export_error"] = error
         else:
             path = tmp / f"{name}.onnx"
             static = name.endswith("-static")
@@ -686,8 +693,17 @@ def ultralytics_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
-#: An interpreter with optimum-onnx (``--optimum-python``), for the ``optimum`` section.
-OPTIMUM_PYTHON: list[str] = []
+def jax2onnx_models(tmp: Path) -> Iterator[dict]:
+    for name, error in exported_by("jax2onnx", tmp):
+        row: dict = {"section": "jax2onnx", "model": name}
+        if error is not None:
+            row["jax2onnx_export_error"] = error
+        else:
+            attempt(row, "jax2onnx", lambda path=tmp / f"{name}.onnx": bound_check(
+                path, dims={"B": 2, "T": 12}, ids=1000))
+        yield row
+
+
 #: The dims optimum's exports are extracted at (Whisper's encoder takes 3,000
 #: frames, which its decoders see as 1,500 encoder states).
 OPTIMUM_DIMS = {"batch_size": 2, "sequence_length": 8, "past_sequence_length": 5,
@@ -716,15 +732,9 @@ def _optimum_feeds(g: PerfGraph, proto: onnx.ModelProto) -> dict:
 
 
 def optimum_models(tmp: Path) -> Iterator[dict]:
-    run = subprocess.run([OPTIMUM_PYTHON[0], str(ROOT / "benchmarks" / "optimum_export.py"),
-                          str(tmp)], capture_output=True, text=True, timeout=3600, check=False)
-    for line in run.stdout.splitlines():
-        status, _, rest = line.partition(" ")
-        if status not in ("ok", "failed"):
-            continue
-        name = rest.split(":")[0]
-        if status == "failed":
-            yield {"section": "optimum", "model": name, "optimum_export_error": rest}
+    for name, error in exported_by("optimum", tmp):
+        if error is not None:
+            yield {"section": "optimum", "model": name, "optimum_export_error": error}
             continue
         for path in sorted((tmp / name).glob("*.onnx")):
             row: dict = {"section": "optimum", "model": f"{name}/{path.name}"}
@@ -741,7 +751,8 @@ SECTIONS: dict[str, Callable[[Path], Iterator[dict]]] = {
     "hf": hf, "torchvision": torchvision, "ort-optimizer": ort_optimizer,
     "detection": vision_tasks, "hf-vision": hf_vision, "tf2onnx": tf2onnx_models,
     "video": video_models, "moe": moe_models, "pyg": pyg_models,
-    "ultralytics": ultralytics_models, "optimum": optimum_models, "genai": genai}
+    "ultralytics": ultralytics_models, "optimum": optimum_models, "jax2onnx": jax2onnx_models,
+    "genai": genai}
 
 
 def failures(row: dict) -> list[str]:
@@ -762,29 +773,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
-    ap.add_argument("--tf-python", help="an interpreter with tensorflow and tf2onnx (the "
-                    "tf2onnx section is skipped without one)")
-    ap.add_argument("--ul-python", help="an interpreter with ultralytics (the ultralytics "
-                    "section is skipped without one)")
-    ap.add_argument("--optimum-python", help="an interpreter with optimum-onnx (the optimum "
-                    "section is skipped without one)")
+    for section, flag, what in (("tf2onnx", "--tf-python", "tensorflow and tf2onnx"),
+                                ("ultralytics", "--ul-python", "ultralytics"),
+                                ("optimum", "--optimum-python", "optimum-onnx"),
+                                ("jax2onnx", "--jax-python", "jax, flax and jax2onnx")):
+        ap.add_argument(flag, dest=section, help=f"an interpreter with {what} (the {section} "
+                        "section is skipped without one)")
     args = ap.parse_args()
-    TF_PYTHON[:] = [args.tf_python] if args.tf_python else []
-    UL_PYTHON[:] = [args.ul_python] if args.ul_python else []
-    OPTIMUM_PYTHON[:] = [args.optimum_python] if args.optimum_python else []
+    TOOLCHAINS.update({s: getattr(args, s) for s in EXPORT_SCRIPTS if getattr(args, s)})
     rows, failed = 0, []
     for section in args.only:
         if section == "genai" and importlib.util.find_spec("onnxruntime_genai") is None:
             print(json.dumps({"section": "genai", "skipped": "onnxruntime-genai not installed"}))
             continue
-        if section == "tf2onnx" and not TF_PYTHON:
-            print(json.dumps({"section": "tf2onnx", "skipped": "no --tf-python given"}))
-            continue
-        if section == "ultralytics" and not UL_PYTHON:
-            print(json.dumps({"section": "ultralytics", "skipped": "no --ul-python given"}))
-            continue
-        if section == "optimum" and not OPTIMUM_PYTHON:
-            print(json.dumps({"section": "optimum", "skipped": "no --optimum-python given"}))
+        if section in EXPORT_SCRIPTS and section not in TOOLCHAINS:
+            print(json.dumps({"section": section, "skipped": "no interpreter given for it"}))
             continue
         with tempfile.TemporaryDirectory() as tmp:
             for row in SECTIONS[section](Path(tmp)):
