@@ -154,9 +154,51 @@ def built_seeds() -> list[bytes]:
         [vi("x", f, ["N", 32])], [vi("y", f, None)], [_const("w", np.ones((32, 32), np.float32))],
         domains=("local",))
     funcs.functions.extend([lin, pair])
+    # MViT's list code as torch writes it: a list started empty, filled by a
+    # Loop of one iteration slicing by its counter, then read back by position
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["bounds", "i"], ["start"], axis=0),
+         helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Gather", ["bounds", "i1"], ["end"], axis=0),
+         helper.make_node("Slice", ["x", "start", "end", "ax1"], ["piece"]),
+         helper.make_node("SequenceInsert", ["acc_in", "piece"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [vi("i", TensorProto.INT64, [1]), vi("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_sequence_value_info("acc_in", f, None)],
+        [vi("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_out", f, None)])
+    lists = _model(
+        [helper.make_node("SequenceEmpty", [], ["empty"], dtype=f),
+         helper.make_node("Loop", ["trips", "cond", "empty"], ["listed"], body=body, name="loop"),
+         helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
+         helper.make_node("SequenceInsert", ["listed", "rest"], ["both"]),
+         helper.make_node("SequenceAt", ["both", "z0"], ["cls"]),
+         helper.make_node("SequenceAt", ["both", "one0"], ["others"]),
+         helper.make_node("Concat", ["cls", "others"], ["y"], axis=1)],
+        [vi("x", f, ["N", 6, 8])], [vi("y", f, None)],
+        [_const("trips", np.array([1], np.int64)), _const("cond", np.array(True)),
+         _const("bounds", np.array([0, 1], np.int64)), _const("one", np.array([1], np.int64)),
+         _const("six", np.array([6], np.int64)), _const("ax1", np.array([1], np.int64)),
+         _const("z0", np.array(0, np.int64)), _const("one0", np.array(1, np.int64))])
+    # a merged decoder's cache switch (bool[1]) and a mask dim named by an expression
+    light = helper.make_graph([helper.make_node("MatMul", ["h", "w"], ["ya"])], "then", [],
+                              [vi("ya", f, None)])
+    heavy = helper.make_graph([helper.make_node("MatMul", ["h", "w"], ["hb"]),
+                               helper.make_node("MatMul", ["hb", "w"], ["yb"])], "else", [],
+                              [vi("yb", f, None)])
+    merged = _model(
+        [helper.make_node("Cast", ["mask"], ["mf"], to=f),
+         helper.make_node("ReduceSum", ["mf"], ["ms"], keepdims=1),
+         helper.make_node("Mul", ["x", "ms"], ["h"]),
+         helper.make_node("If", ["use_cache_branch"], ["y"], then_branch=light,
+                          else_branch=heavy, name="switch")],
+        [vi("x", f, ["batch", "seq", 16]),
+         vi("mask", TensorProto.INT64, ["batch", "past + seq"]),
+         vi("use_cache_branch", TensorProto.BOOL, [1])], [vi("y", f, None)],
+        [_const("w", np.ones((16, 16), np.float32))])
     # onnxruntime contrib ops: an int4 LLaMA-style layer and a fused BERT layer
     return [m.SerializeToString() for m in (conv, attn, custom, quant, cos, funcs, llama_block(),
-                                            bert_layer())]
+                                            bert_layer(), lists, merged)]
 
 
 def file_seeds() -> list[bytes]:
