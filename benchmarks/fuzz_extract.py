@@ -64,6 +64,7 @@ from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.errors import PerfSeerError  # noqa: E402
 from perfseer_rt.profile import hostmem  # noqa: E402
 from tests.contrib_models import bert_layer, llama_block  # noqa: E402
+from tests.onnx_builders import one_iteration_list_loop  # noqa: E402
 
 SLOW_S = 5.0
 #: A case whose extraction raises the process's peak RSS by more than this
@@ -154,32 +155,7 @@ def built_seeds() -> list[bytes]:
         [vi("x", f, ["N", 32])], [vi("y", f, None)], [_const("w", np.ones((32, 32), np.float32))],
         domains=("local",))
     funcs.functions.extend([lin, pair])
-    # MViT's list code as torch writes it: a list started empty, filled by a
-    # Loop of one iteration slicing by its counter, then read back by position
-    body = helper.make_graph(
-        [helper.make_node("Gather", ["bounds", "i"], ["start"], axis=0),
-         helper.make_node("Add", ["i", "one"], ["i1"]),
-         helper.make_node("Gather", ["bounds", "i1"], ["end"], axis=0),
-         helper.make_node("Slice", ["x", "start", "end", "ax1"], ["piece"]),
-         helper.make_node("SequenceInsert", ["acc_in", "piece"], ["acc_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body", [vi("i", TensorProto.INT64, [1]), vi("cond_in", TensorProto.BOOL, []),
-                 helper.make_tensor_sequence_value_info("acc_in", f, None)],
-        [vi("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_sequence_value_info("acc_out", f, None)])
-    lists = _model(
-        [helper.make_node("SequenceEmpty", [], ["empty"], dtype=f),
-         helper.make_node("Loop", ["trips", "cond", "empty"], ["listed"], body=body, name="loop"),
-         helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
-         helper.make_node("SequenceInsert", ["listed", "rest"], ["both"]),
-         helper.make_node("SequenceAt", ["both", "z0"], ["cls"]),
-         helper.make_node("SequenceAt", ["both", "one0"], ["others"]),
-         helper.make_node("Concat", ["cls", "others"], ["y"], axis=1)],
-        [vi("x", f, ["N", 6, 8])], [vi("y", f, None)],
-        [_const("trips", np.array([1], np.int64)), _const("cond", np.array(True)),
-         _const("bounds", np.array([0, 1], np.int64)), _const("one", np.array([1], np.int64)),
-         _const("six", np.array([6], np.int64)), _const("ax1", np.array([1], np.int64)),
-         _const("z0", np.array(0, np.int64)), _const("one0", np.array(1, np.int64))])
+    lists = one_iteration_list_loop()  # MViT's list code as torch writes it
     # a merged decoder's cache switch (bool[1]) and a mask dim named by an expression
     light = helper.make_graph([helper.make_node("MatMul", ["h", "w"], ["ya"])], "then", [],
                               [vi("ya", f, None)])

@@ -66,19 +66,18 @@ def _models() -> dict[str, tuple[Callable[[], object], list]]:
 
 def main() -> int:
     warnings.filterwarnings("ignore")
+    from export_lines import report
     from jax2onnx import to_onnx
 
     out, names = Path(sys.argv[1]), sys.argv[2:]
     models = _models()
-    for name in names or list(models):
-        try:
-            build, inputs = models[name]
-            to_onnx(build(), inputs, return_mode="file", output_path=str(out / f"{name}.onnx"),
-                    opset=21)
-            print(f"ok {name}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - the exporter's failure: reported
-            print(f"failed {name}: {type(exc).__name__}: {exc}"[:400].replace("\n", " "), flush=True)
-    return 0
+
+    def export(name: str) -> None:
+        build, inputs = models[name]
+        to_onnx(build(), inputs, return_mode="file", output_path=str(out / f"{name}.onnx"),
+                opset=21)
+
+    return report(names or list(models), export)
 
 
 if __name__ == "__main__":

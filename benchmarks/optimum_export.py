@@ -55,20 +55,19 @@ def main() -> int:
 
     export_kernels()
     import transformers
+    from export_lines import report
     from optimum.exporters.onnx import main_export
 
     out, names = Path(sys.argv[1]), sys.argv[2:]
-    for name in names or list(MODELS):
-        try:
-            cls, config_cls, config, task = MODELS[name]
-            model = getattr(transformers, cls)(getattr(transformers, config_cls)(**config))
-            with tempfile.TemporaryDirectory() as src:
-                model.save_pretrained(src)
-                main_export(src, output=out / name, task=task)
-            print(f"ok {name}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - the exporter's failure: reported
-            print(f"failed {name}: {type(exc).__name__}: {exc}"[:400].replace("\n", " "), flush=True)
-    return 0
+
+    def export(name: str) -> None:
+        cls, config_cls, config, task = MODELS[name]
+        model = getattr(transformers, cls)(getattr(transformers, config_cls)(**config))
+        with tempfile.TemporaryDirectory() as src:
+            model.save_pretrained(src)
+            main_export(src, output=out / name, task=task)
+
+    return report(names or list(MODELS), export)
 
 
 if __name__ == "__main__":

@@ -60,19 +60,18 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     import tensorflow as tf
     import tf2onnx
+    from export_lines import report
 
     out, names = sys.argv[1], sys.argv[2:]
     models = _models()
-    for name in names or list(models):
-        try:
-            model = models[name]()
-            spec = (tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name="input"),)
-            tf2onnx.convert.from_keras(model, input_signature=spec, opset=17,
-                                       output_path=os.path.join(out, f"{name}.onnx"))
-            print(f"ok {name}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - the converter's failure: reported
-            print(f"failed {name}: {type(exc).__name__}: {exc}"[:400].replace("\n", " "), flush=True)
-    return 0
+
+    def export(name: str) -> None:
+        model = models[name]()
+        spec = (tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name="input"),)
+        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17,
+                                   output_path=os.path.join(out, f"{name}.onnx"))
+
+    return report(names or list(models), export)
 
 
 if __name__ == "__main__":

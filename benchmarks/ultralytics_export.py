@@ -43,21 +43,18 @@ def main() -> int:
     from training.zoo.real.torchvision_compat import export_kernels
 
     export_kernels()
+    from export_lines import report
     from ultralytics import YOLO
 
     out, names = Path(sys.argv[1]).resolve(), sys.argv[2:]
     scratch = out / "exporting"  # the exporter writes NAME.onnx where it runs
     scratch.mkdir(exist_ok=True)
     os.chdir(scratch)
-    for name in names or list(MODELS):
-        try:
-            yaml, options = MODELS[name]
-            written = YOLO(yaml).export(format="onnx", **options)
-            shutil.move(written, out / f"{name}.onnx")
-            print(f"ok {name}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - the exporter's failure: reported
-            print(f"failed {name}: {type(exc).__name__}: {exc}"[:400].replace("\n", " "), flush=True)
-    return 0
+    def export(name: str) -> None:
+        yaml, options = MODELS[name]
+        shutil.move(YOLO(yaml).export(format="onnx", **options), out / f"{name}.onnx")
+
+    return report(names or list(MODELS), export)
 
 
 if __name__ == "__main__":

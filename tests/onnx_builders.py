@@ -38,3 +38,36 @@ def single_op(op: str, x_shape, inits=(), attrs=None, extra_inputs=(), out_shape
     node = helper.make_node(op, names, outs, **(attrs or {}))
     return model([node], [("x", list(x_shape))], [(o, out_shape) for o in outs],
                  inits, opset=opset)
+
+
+def one_iteration_list_loop() -> onnx.ModelProto:
+    """MViT's TorchScript export: a list started empty, filled by a Loop of
+    one iteration (its counter declared [1]) slicing by the counter, then
+    appended to and read back (tensor pooling's ``[cls, pooled]``)."""
+    i1 = helper.make_tensor_value_info("i", TensorProto.INT64, [1])
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["bounds", "i"], ["start"], axis=0),
+         helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Gather", ["bounds", "i1"], ["end"], axis=0),
+         helper.make_node("Slice", ["x", "start", "end", "ax1"], ["piece"]),
+         helper.make_node("SequenceInsert", ["acc_in", "piece"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [i1, helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_sequence_value_info("acc_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_out", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+        helper.make_node("Loop", ["trips", "cond", "empty"], ["listed"], body=body),
+        helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
+        helper.make_node("SequenceInsert", ["listed", "rest"], ["both"]),
+        helper.make_node("SequenceAt", ["both", "z0"], ["cls"]),
+        helper.make_node("SequenceAt", ["both", "one0"], ["others"]),
+        helper.make_node("Concat", ["cls", "others"], ["joined"], axis=1),
+        helper.make_node("Relu", ["joined"], ["y"]),
+    ]
+    inits = [const("trips", (1,), [1], dtype=np.int64), const("cond", (), True, dtype=np.bool_),
+             const("bounds", (2,), [0, 1], dtype=np.int64), const("one", (1,), [1], dtype=np.int64),
+             const("six", (1,), [6], dtype=np.int64), const("ax1", (1,), [1], dtype=np.int64),
+             const("z0", (), 0, dtype=np.int64), const("one0", (), 1, dtype=np.int64)]
+    return model(nodes, [("x", ["N", 6, 8])], [("y", None)], inits, opset=17)

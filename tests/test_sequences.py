@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from perfseer_rt import extract
 from perfseer_rt.graph import sequences
 from tests.contrib_models import run_shapes
-from tests.onnx_builders import const, model
+from tests.onnx_builders import const, model, one_iteration_list_loop
 
 I64 = TensorProto.INT64
 
@@ -141,41 +141,8 @@ def test_sequence_items_follow_each_producer():
                                      no_values, base) == [(1, (3, 2))]
 
 
-def _one_iteration_loop() -> object:
-    """MViT's TorchScript export: a list started empty, filled by a Loop of
-    one iteration (its counter declared [1]) slicing by the counter, then
-    appended to and read back (tensor pooling's ``[cls, pooled]``)."""
-    i1 = helper.make_tensor_value_info("i", I64, [1])
-    body = helper.make_graph(
-        [helper.make_node("Gather", ["bounds", "i"], ["start"], axis=0),
-         helper.make_node("Add", ["i", "one"], ["i1"]),
-         helper.make_node("Gather", ["bounds", "i1"], ["end"], axis=0),
-         helper.make_node("Slice", ["x", "start", "end", "ax1"], ["piece"]),
-         helper.make_node("SequenceInsert", ["acc_in", "piece"], ["acc_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body", [i1, helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                 helper.make_tensor_sequence_value_info("acc_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_sequence_value_info("acc_out", TensorProto.FLOAT, None)])
-    nodes = [
-        helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
-        helper.make_node("Loop", ["trips", "cond", "empty"], ["listed"], body=body),
-        helper.make_node("Slice", ["x", "one", "six", "ax1"], ["rest"]),
-        helper.make_node("SequenceInsert", ["listed", "rest"], ["both"]),
-        helper.make_node("SequenceAt", ["both", "z0"], ["cls"]),
-        helper.make_node("SequenceAt", ["both", "one0"], ["others"]),
-        helper.make_node("Concat", ["cls", "others"], ["joined"], axis=1),
-        helper.make_node("Relu", ["joined"], ["y"]),
-    ]
-    inits = [const("trips", (1,), [1], dtype=np.int64), const("cond", (), True, dtype=np.bool_),
-             const("bounds", (2,), [0, 1], dtype=np.int64), const("one", (1,), [1], dtype=np.int64),
-             const("six", (1,), [6], dtype=np.int64), const("ax1", (1,), [1], dtype=np.int64),
-             const("z0", (), 0, dtype=np.int64), const("one0", (), 1, dtype=np.int64)]
-    return model(nodes, [("x", ["N", 6, 8])], [("y", None)], inits, opset=17)
-
-
 def test_a_list_filled_by_a_loop_of_one_iteration_is_shaped_item_by_item():
-    m = _one_iteration_loop()
+    m = one_iteration_list_loop()
     g = extract(m, batch=3)
     ours = {t: tuple(s) for t, s in zip(g.edge_tensors, g.edge_shapes)}
     ran = _tensor_shapes(m, {"x": np.ones((3, 6, 8), np.float32)})
