@@ -90,6 +90,7 @@ from perfseer_rt.graph.shapes import (
     skeleton,
     weight_inputs,
 )
+from perfseer_rt.graph.samples import sample_inputs
 from perfseer_rt.graph.structure import structure_globals
 from perfseer_rt.graph.switches import fix_switches, switch_shape
 from perfseer_rt.graph.toposort import reordered, topological_order
@@ -488,6 +489,12 @@ class _Structure:
         self.skeleton: onnx.ModelProto | None = None  # reused across batch sizes
         inputs = graph_inputs(proto)
         self.data_inputs = len(inputs)
+        # inputs holding one sample ([3, H, W]: the model adds the batch axis)
+        self.samples = sample_inputs(
+            self.table, [vi.name for vi in inputs if vi.name not in self.weights
+                         and len(vi.type.tensor_type.shape.dim) >= 2
+                         and vi.type.tensor_type.shape.dim[0].dim_value > 0],
+            lambda name: _int_values(name, {}, proto))
         self.fast = _fast_setup(proto, inits_read)
         self.exporter = exporter(proto)
         self.fixed_shapes = fixed_input_shapes([vi for vi in inputs if vi.name not in self.weights])
@@ -526,14 +533,15 @@ class _Structure:
         the model implied where they were not given
         (:func:`perfseer_rt.graph.implied.implied_dims`: size, why)."""
         try:
-            return resolve_inputs(self.proto, batch, input_shapes, dims, self.weights), {}
+            return resolve_inputs(self.proto, batch, input_shapes, dims, self.weights,
+                                  self.samples), {}
         except ShapeError as exc:
             given = dims or {}
 
             def shapes_with(extra: dict[str, int]) -> dict[str, TypedShape] | None:
                 try:
                     inputs = resolve_inputs(self.proto, batch, input_shapes, {**given, **extra},
-                                            self.weights)
+                                            self.weights, self.samples)
                 except ShapeError:
                     return None
                 return self.propagate(inputs, deadline)
@@ -546,7 +554,7 @@ class _Structure:
             try:
                 inputs = resolve_inputs(self.proto, batch, input_shapes,
                                         {**given, **{n: s for n, (s, _) in implied.items()}},
-                                        self.weights)
+                                        self.weights, self.samples)
             except ShapeError:
                 raise exc from None  # other dims are missing too: name them all, as before
             return inputs, implied
@@ -963,9 +971,11 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         len(rows_e), len(layout.EDGE_COLUMNS))[np.array(edge_row_of, dtype=np.intp)]
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, len(src))
 
-    data_inputs = [s for n, s in inputs.items() if n not in weights]
-    first = data_inputs[0] if data_inputs else ()
-    batch_size = batch if batch is not None else (first[0] if first else 1)
+    data_inputs = [(n, s) for n, s in inputs.items() if n not in weights]
+    first_name, first = data_inputs[0] if data_inputs else ("", ())
+    # an input holding one sample is a batch of 1, whatever its first dim
+    batch_size = batch if batch is not None else (
+        1 if not first or first_name in st.samples else first[0])
     params_unique = float(sum(e for e, _, _ in weight_sizes.values()))
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
     u = _globals(x, edge_index, edge_attr, batch_size, params_unique, bytes_unique)

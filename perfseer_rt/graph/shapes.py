@@ -137,7 +137,8 @@ def check_batch(batch: object) -> int | None:
 def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                    input_shapes: dict[str, Shape] | None,
                    dims: dict[str, int] | None = None,
-                   weights: dict[str, Shape] | None = None) -> dict[str, Shape]:
+                   weights: dict[str, Shape] | None = None,
+                   samples: set[str] | None = None) -> dict[str, Shape]:
     """A static shape for every graph input.
 
     Rules: an explicitly given shape wins (its rank must match); weight
@@ -145,7 +146,9 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
     whose symbolic name is in ``dims`` takes that value; otherwise a dynamic
     first dim takes ``batch`` (1 when no batch is given); a static first dim
     that differs from ``batch`` is an error, except on a 1-D input (a
-    fixed-length vector such as a merged decoder's ``use_cache_branch``). Every dim left unresolved is
+    fixed-length vector such as a merged decoder's ``use_cache_branch``) and
+    on an input in ``samples`` (one sample: :mod:`perfseer_rt.graph.samples`),
+    which takes only a batch of 1. Every dim left unresolved is
     listed in one error.
 
     Raises:
@@ -194,6 +197,11 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
             unresolved.append(f"input {vi.name!r} has no shape in the model (give it with "
                               f"--input {vi.name}:D1xD2x...)")
             continue
+        if vi.name in (samples or ()) and batch is not None and batch != 1:
+            shown = [d.dim_value or d.dim_param or "?" for d in mdims]
+            raise ShapeError(f"input {vi.name!r} {shown} holds one sample (the model adds its "
+                             f"batch axis itself) and runs one at a time: predict it at "
+                             f"--batch 1, not {batch}")
         dims_out: list[int] = []
         for i, d in enumerate(mdims):
             if isinstance(d.dim_param, bytes):  # protobuf hands invalid UTF-8 back as bytes
@@ -201,7 +209,8 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
             if d.HasField("dim_value") and d.dim_value > 0:
                 # a 1-D input of fixed length is not batched (optimum's merged decoders
                 # take use_cache_branch: bool[1]), as the profiler reads it too
-                if i == 0 and batch is not None and d.dim_value != batch and len(mdims) > 1:
+                if i == 0 and batch is not None and d.dim_value != batch and len(mdims) > 1 \
+                        and vi.name not in (samples or ()):
                     raise ShapeError(
                         f"input {vi.name!r} has a fixed batch dim of {d.dim_value}, "
                         f"--batch {batch} asked; re-export the model with a dynamic batch "
