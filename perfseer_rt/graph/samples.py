@@ -33,6 +33,9 @@ def sample_inputs(table: Sequence[Row], names: Iterable[str],
         int_values: the integer values of a constant tensor by name (None:
             not a constant), for Unsqueeze's axes input (opset 13 on).
     """
+    names = list(names)
+    if not names:
+        return set()
     readers: dict[str, list[Row]] = {}
     for row in table:
         for t in row[3]:
