@@ -82,6 +82,7 @@ from perfseer_rt.graph.propagate import (
     tensor_value,
     value_sources,
 )
+from perfseer_rt.graph.samples import sample_inputs
 from perfseer_rt.graph.shapes import (
     graph_inputs,
     infer_shapes,
@@ -90,7 +91,6 @@ from perfseer_rt.graph.shapes import (
     skeleton,
     weight_inputs,
 )
-from perfseer_rt.graph.samples import sample_inputs
 from perfseer_rt.graph.structure import structure_globals
 from perfseer_rt.graph.switches import fix_switches, switch_shape
 from perfseer_rt.graph.toposort import reordered, topological_order
