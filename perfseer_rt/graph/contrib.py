@@ -272,10 +272,10 @@ def _qattention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) 
     return None if out is None else [(FLOAT, t[1]) for t in out]
 
 
-#: op type (domain com.microsoft) -> shape rule.
 #: ONNX's removed experimental elementwise ops (shaped like their input).
 _EXPERIMENTAL_ELEMENTWISE = ("ImageScaler", "Affine", "Scale", "ScaledTanh", "ParametricSoftplus")
 
+#: op type (domain com.microsoft) -> shape rule.
 CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
     "FusedMatMul": _fused_matmul,

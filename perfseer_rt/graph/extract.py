@@ -704,7 +704,9 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         head = (f"{name}: the shapes of {len(missing)} tensor(s) could not be inferred "
                 f"(engine: {engine}): {shown}{more}")
         foreign = _not_onnx_ops(st.table, st.proto)
-        refused = None if foreign else refusal(st.proto, shapes)
+        # a clash is the file's only where no size was assumed at a bound
+        bounded = completion is not None and bool(completion.assumed or completion.routed)
+        refused = None if foreign or bounded else refusal(st.proto, shapes)
         if refused:
             raise ShapeError(f"{head}; {refused}: the model is inconsistent at these input "
                              "shapes (onnxruntime refuses such a file; if other input sizes "

@@ -583,8 +583,11 @@ def refusal(model: onnx.ModelProto, shapes: dict[str, TypedShape]) -> str | None
     for node in model.graph.node:
         outs = [o for o in node.output if o]
         ins = [i for i in node.input if i]
-        if not outs or all(o in shapes for o in outs) or any(i not in shapes for i in ins):
-            continue
+        if not outs or all(o in shapes for o in outs) or any(i not in shapes for i in ins) \
+                or node.op_type in sequences.PRODUCERS or node.op_type in sequences.READERS \
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for a in node.attribute):
+            continue  # lists are carried as tensors here, bodies shaped apart: no verdict
         domain = "" if node.domain == "ai.onnx" else node.domain
         schema = _schema(node.op_type, domain, opsets.get(domain, 0)) if domain in opsets else None
         if schema is None:
