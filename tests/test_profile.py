@@ -399,3 +399,27 @@ def test_profile_resolves_named_dims_as_a_prediction_does(tmp_path):
     assert rec["status"] == "ok" and rec["input_shapes"] == {"x": [2, 5, 64]}
     with pytest.raises(ShapeError, match="--dim seq=N"):
         profile(path, "cpu", batch=2, dims={"other": 5}, settings=FAST)
+
+
+def test_a_switch_input_is_measured_only_as_the_profiler_feeds_it(tmp_path):
+    """``--dim use_cache_branch=0`` predicts a merged decoder's other branch;
+    the profiler feeds bool inputs True, so it refuses to measure that value
+    rather than measure another path than was predicted."""
+    then_b = helper.make_graph([helper.make_node("Relu", ["x"], ["a"])], "t", [],
+                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)])
+    else_b = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "e", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["use_cache_branch"], ["y"], then_branch=then_b,
+                          else_branch=else_b)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    path = tmp_path / "merged.onnx"
+    onnx.save(m, str(path))
+    with pytest.raises(ShapeError, match=r"use_cache_branch=0: the profiler feeds .* True"):
+        profile(str(path), "cpu", batch=2, dims={"use_cache_branch": 0})
+    rec = profile(str(path), "cpu", batch=2, dims={"use_cache_branch": 1}, settings=FAST)
+    assert rec["status"] == "ok"

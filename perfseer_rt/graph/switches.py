@@ -42,6 +42,16 @@ def switch_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
+def named_switches(proto: onnx.ModelProto, dims: Mapping[str, int] | None
+                   ) -> dict[str, tuple[int, int]]:
+    """The switch inputs ``dims`` names: name -> (element type, value)."""
+    if not dims:
+        return {}
+    inits = {t.name for t in proto.graph.initializer}
+    return {vi.name: (vi.type.tensor_type.elem_type, dims[vi.name]) for vi in proto.graph.input
+            if vi.name in dims and vi.name not in inits and switch_shape(vi) is not None}
+
+
 def fix_switches(proto: onnx.ModelProto, dims: Mapping[str, int] | None) -> onnx.ModelProto:
     """``proto`` with each switch input named in ``dims`` replaced by a
     constant of its value (``proto`` itself when none is named).
@@ -49,13 +59,10 @@ def fix_switches(proto: onnx.ModelProto, dims: Mapping[str, int] | None) -> onnx
     Raises:
         ShapeError: a value outside the switch's element type.
     """
-    if not dims:
+    switches = named_switches(proto, dims)
+    if not switches or dims is None:
         return proto
-    inits = {t.name for t in proto.graph.initializer}
-    named = [vi for vi in proto.graph.input if vi.name in dims and vi.name not in inits
-             and switch_shape(vi) is not None]
-    if not named:
-        return proto
+    named = [vi for vi in proto.graph.input if vi.name in switches]
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     for vi in named:

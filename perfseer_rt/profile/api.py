@@ -14,8 +14,11 @@ import os
 import tempfile
 from typing import Any, Mapping, Sequence
 
-from perfseer_rt.errors import DeviceError, ModelLoadError
+import onnx
+
+from perfseer_rt.errors import DeviceError, ModelLoadError, ShapeError
 from perfseer_rt.graph import resolve_input_shapes
+from perfseer_rt.graph.switches import named_switches
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.nvml import Device
 from perfseer_rt.profile.session import check_provider_available, provider_name
@@ -37,6 +40,27 @@ def finish_record(rec: dict[str, Any], device_id: int = 0, **env_extra: Any) -> 
     """Add the ``env`` block (see :func:`perfseer_rt.profile.env.environment`)."""
     rec["env"] = environment(gpu_index=device_id, **env_extra)
     return rec
+
+
+def _check_switches(path: str, dims: Mapping[str, int]) -> None:
+    """The profiler feeds a bool input True and an integer one random values
+    (:func:`perfseer_rt.profile.inputs.random_tensor`): a switch input named
+    in ``dims`` (:mod:`perfseer_rt.graph.switches`, which a prediction takes
+    the value of) is measured as asked only as a bool set to 1; any other is
+    refused rather than measured on another path than predicted.
+
+    Raises:
+        ShapeError: a switch input named with a value the profiler cannot feed.
+    """
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - not readable: the worker reports it as before
+        return
+    for name, (elem, value) in named_switches(proto, dims).items():
+        if not (elem == onnx.TensorProto.BOOL and value == 1):
+            raise ShapeError(f"--dim {name}={value}: the profiler feeds the switch input "
+                             f"{name!r} {'True' if elem == onnx.TensorProto.BOOL else 'random values'}"
+                             f" and cannot measure it at {value} (predict takes the value)")
 
 
 def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
@@ -92,6 +116,7 @@ def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             if not os.path.isfile(path):
                 raise ModelLoadError(f"model file {path!r} does not exist")
         if dims:
+            _check_switches(path, dims)
             input_shapes = resolve_input_shapes(
                 path, batch, {k: tuple(v) for k, v in (input_shapes or {}).items()}, dict(dims))
         with ProfileWorker(key, timeout_s=timeout_s) as worker:
