@@ -39,8 +39,8 @@ Sections (``--only`` picks some):
   keeps Python lists as ONNX sequences built in one-iteration Loops),
   random weights, dynamic batch, 16 frames; extracted at batch 1 and checked
   as ``detection`` is (onnxruntime's run in chunks of outputs).
-* ``moe``: transformers' mixture-of-experts LMs (Mixtral, Qwen2-MoE, OLMoE;
-  small configurations, the eager experts loop: a OneHot routing mask, one
+* ``moe``: transformers' mixture-of-experts LMs (Mixtral, Qwen2-MoE, OLMoE,
+  Jamba, DeepSeek-V3; small configurations, the eager experts loop: a OneHot routing mask, one
   NonZero per expert), TorchScript exporter, dynamic batch and sequence;
   extracted at batch 2, seq 48 and checked as ``detection`` is, except that
   the tokens routed to each expert are an estimate (an even share,
@@ -552,11 +552,24 @@ def video_models(tmp: Path) -> Iterator[dict]:
         yield row
 
 
-#: transformers' MoE LMs: config class -> its experts' settings (8 experts, 2 a token).
+#: transformers' MoE LMs: config class -> its settings beyond :data:`MOE_BASE`
+#: (Mixtral, Qwen2-MoE, OLMoE: 8 experts, 2 a token; Jamba: Mamba layers and
+#: 4 experts every other layer; DeepSeek-V3: a shared expert and MLA attention).
 MOE = {"MixtralConfig": {"num_local_experts": 8, "num_experts_per_tok": 2},
        "Qwen2MoeConfig": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                           "shared_expert_intermediate_size": 128},
-       "OlmoeConfig": {"num_experts": 8, "num_experts_per_tok": 2}}
+       "OlmoeConfig": {"num_experts": 8, "num_experts_per_tok": 2},
+       "JambaConfig": {"num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                       "expert_layer_period": 2, "expert_layer_offset": 1, "attn_layer_period": 2,
+                       "attn_layer_offset": 1, "mamba_d_state": 8, "mamba_dt_rank": 8,
+                       "use_mamba_kernels": False},
+       "DeepseekV3Config": {"num_key_value_heads": 4, "moe_intermediate_size": 32,
+                            "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                            "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+                            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+                            "n_group": 1, "topk_group": 1}}
+MOE_BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2}
 MOE_VOCAB = 500
 
 
@@ -566,9 +579,7 @@ def export_moe(config_class: str, path: Path) -> None:
     import torch
 
     t = import_transformers()
-    config = getattr(t, config_class)(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=MOE_VOCAB, **MOE[config_class])
+    config = getattr(t, config_class)(**{**MOE_BASE, **MOE[config_class]}, vocab_size=MOE_VOCAB)
     config.use_cache = False
     config._attn_implementation = "eager"
     config._experts_implementation = "eager"  # the grouped kernels have no ONNX export

@@ -170,3 +170,6 @@ def test_a_traced_mixtral_extracts_with_each_expert_at_its_share():
     assert found == [(1, 9)] * 2 + [(2, 2 * 48 * 2 // 8)] * 16
     assert any("192 slots over 8 experts, 24 each" in w for w in g.warnings)
     assert not g.unknown_ops
+    # the experts' weights are 3-D banks each expert's Gather reads a slice of: not tied
+    assert any("read in slices by several Gather nodes (32 uses" in w for w in g.warnings)
+    assert not any("tied weights" in w for w in g.warnings)

@@ -981,7 +981,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     params_unique = float(sum(e for e, _, _ in weight_sizes.values()))
     bytes_unique = float(sum(b for _, b, _ in weight_sizes.values()))
     u = _globals(x, edge_index, edge_attr, batch_size, params_unique, bytes_unique)
-    meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype)
+    meta, warnings = _model_info(weights, weight_uses, weight_sizes, flops_by_dtype, rows, roots)
     meta["exporter"] = st.exporter
     meta["fixed_input_shapes"] = st.fixed_shapes
     meta["external_weight_share"] = st.external_share
@@ -1285,6 +1285,20 @@ class _Completion:
         return found, (completion.items if completion is not None else {})
 
 
+def _gathered_only(rows: list[Row], names: set[str], roots: dict[str, str]) -> set[str]:
+    """The weights among ``names`` that only Gather nodes read (as their
+    data input), aliases resolved by ``roots``."""
+    if not names:
+        return set()
+    readers: dict[str, set[str]] = {}
+    for row in rows:
+        for pos, t in enumerate(row[3]):
+            root = roots.get(t, t)
+            if root in names:
+                readers.setdefault(root, set()).add(row[0] if pos == 0 else "")
+    return {t for t, ops in readers.items() if ops == {"Gather"}}
+
+
 def _loop_body_values(body: onnx.GraphProto, node: onnx.NodeProto,
                       producers: dict[str, onnx.NodeProto], trips: int | None
                       ) -> dict[str, np.ndarray | onnx.NodeProto]:
@@ -1311,12 +1325,16 @@ def _loop_body_values(body: onnx.GraphProto, node: onnx.NodeProto,
 
 
 def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
-                weight_sizes: dict[str, tuple[int, float, int]], flops_by_dtype: dict[int, float]
+                weight_sizes: dict[str, tuple[int, float, int]], flops_by_dtype: dict[int, float],
+                rows: list[Row] | None = None, roots: dict[str, str] | None = None
                 ) -> tuple[dict[str, Any], list[str]]:
     """Facts about the model that are not features (``PerfGraph.info``) and
-    the warnings they raise: shared weights, weight inputs, the compute
-    dtype (the element type of the inputs of the nodes that do most FLOPs)
-    and, in a float32 model, the share of weight bytes stored quantized."""
+    the warnings they raise: shared weights (tied, or read in slices by
+    Gather nodes only: an MoE layer's expert bank; ``rows`` and ``roots``, the
+    kept nodes and weight aliases, tell them apart), weight inputs, the
+    compute dtype (the element type of the inputs of the nodes that do most
+    FLOPs) and, in a float32 model, the share of weight bytes stored
+    quantized."""
     shared = {t: n for t, n in weight_uses.items() if n > 1}
     shared_bytes = float(sum(weight_sizes[t][1] for t in shared))
     per_use = float(sum(weight_sizes[t][1] * n for t, n in weight_uses.items()))
@@ -1340,11 +1358,16 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
             "weight_inputs": sorted(weights)}
     warnings: list[str] = []
     big = [t for t in shared if weight_sizes[t][0] >= SHARED_WARN_ELEMS]
-    if big:
-        mb = sum(weight_sizes[t][1] for t in big) / 2**20
-        uses = sum(shared[t] for t in big)
-        warnings.append(f"{len(big)} weight tensor(s) ({mb:.2f} MiB) are shared by several "
-                        f"nodes ({uses} uses; tied weights), counted once in params/weights")
+    sliced = _gathered_only(rows or [], set(big), roots or {})
+    for group, what in (([t for t in big if t not in sliced], "shared by several nodes ({uses} "
+                         "uses; tied weights)"),
+                        ([t for t in big if t in sliced], "read in slices by several Gather "
+                         "nodes ({uses} uses: an expert bank or a lookup table)")):
+        if group:
+            mb = sum(weight_sizes[t][1] for t in group) / 2**20
+            uses = sum(shared[t] for t in group)
+            warnings.append(f"{len(group)} weight tensor(s) ({mb:.2f} MiB) are "
+                            + what.format(uses=uses) + ", counted once in params/weights")
     if weights:
         shown = ", ".join(sorted(weights)[:4]) + (" ..." if len(weights) > 4 else "")
         warnings.append(f"{len(weights)} graph input(s) with fixed shapes are used as "
