@@ -42,7 +42,9 @@ Sections (``--only`` picks some):
 * ``moe``: transformers' mixture-of-experts LMs (Mixtral, Qwen2-MoE, OLMoE,
   Jamba, DeepSeek-V3; small configurations, the eager experts loop: a OneHot routing mask, one
   NonZero per expert), TorchScript exporter, dynamic batch and sequence;
-  extracted at batch 2, seq 48 and checked as ``detection`` is, except that
+  extracted at batch 2 and the traced 128 tokens (Jamba's Mamba scan is
+  unrolled over them: its file runs at that length only) and checked as
+  ``detection`` is, except that
   the tokens routed to each expert are an estimate (an even share,
   :mod:`perfseer_rt.graph.data_dependent`): a tensor below onnxruntime's
   passes only downstream of a routing NonZero, and each layer's routed
@@ -571,6 +573,8 @@ MOE = {"MixtralConfig": {"num_local_experts": 8, "num_experts_per_tok": 2},
 MOE_BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2}
 MOE_VOCAB = 500
+#: Tokens the MoE models are traced and checked at.
+MOE_TOKENS = 128
 
 
 def export_moe(config_class: str, path: Path) -> None:
@@ -595,7 +599,7 @@ def export_moe(config_class: str, path: Path) -> None:
 
     # the trace fixes the loop to the experts its tokens reach (the file runs only
     # on inputs that reach as many): 128 tokens with random weights reach all 8
-    ids = torch.randint(0, MOE_VOCAB, (1, 128), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, MOE_VOCAB, (1, MOE_TOKENS), generator=torch.Generator().manual_seed(0))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(Logits(), (ids,), str(path), dynamo=False, opset_version=17,
@@ -609,7 +613,7 @@ def moe_models(tmp: Path) -> Iterator[dict]:
         path = tmp / f"{config_class}.onnx"
         attempt(row, "torchscript", lambda c=config_class, path=path: (
             exported(lambda: export_moe(c, path)),
-            bound_check(path, batch=2, dims={"seq": 48}, ids=MOE_VOCAB))[1])
+            bound_check(path, batch=2, dims={"seq": MOE_TOKENS}, ids=MOE_VOCAB))[1])
         yield row
 
 
