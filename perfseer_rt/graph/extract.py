@@ -697,6 +697,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
                                               reuse_skeleton)
     known_trips = completion.trips if completion is not None else {}
     taken = completion.taken if completion is not None else {}
+    producers = completion.producers() if completion is not None else None
     missing = sorted(needed - shapes.keys())
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
@@ -767,7 +768,7 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         if op in _CONTROL_FLOW and has_subgraph(rows[k]):
             cost, ruled, note = _control_flow_cost(proto.graph.node[kept[k]], proto, shapes,
                                                    max_nodes, deadline, depth, known_trips, chosen,
-                                                   taken)
+                                                   taken, producers)
         else:
             cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
         compute = None
@@ -1162,7 +1163,7 @@ class _Completion:
         slice of a OneHot that several such NonZeros read: the experts a
         traced MoE layer loops over) at its share of the routed slots
         (:func:`data_dependent.routed_count`)."""
-        producers = self._producer_map()
+        producers = self.producers()
         src = data_dependent.routing_source(node.input[0], producers)
         if src is None:
             return None
@@ -1179,10 +1180,11 @@ class _Completion:
 
     def _made_by(self, name: str, op: str) -> bool:
         """Whether tensor ``name`` is the output of an ``op`` node."""
-        node = self._producer_map().get(name) if name else None
+        node = self.producers().get(name) if name else None
         return node is not None and node.op_type == op
 
-    def _producer_map(self) -> dict[str, onnx.NodeProto]:
+    def producers(self) -> dict[str, onnx.NodeProto]:
+        """Each tensor's producing node in the graph (built on first use)."""
         if self._producers is None:
             self._producers = {o: n for n in self.proto.graph.node for o in n.output if o}
         return self._producers
@@ -1190,7 +1192,7 @@ class _Completion:
     def _bounded(self, name: str) -> bool:
         """Whether tensor ``name`` derives from a node whose sizes were
         assumed (within :data:`BOUND_SEARCH_NODES` producers)."""
-        producers = self._producer_map()
+        producers = self.producers()
         seen: set[str] = set()
         todo = [name]
         while todo and len(seen) < BOUND_SEARCH_NODES:
@@ -1268,7 +1270,7 @@ class _Completion:
             return None
         actual: dict[str, TypedShape | None] = {formal[0]: (7, ()), formal[1]: (9, ())}
         actual.update({f: shapes.get(a) for f, a in zip(formal[2:], node.input[2:]) if a})
-        given = _loop_body_values(body, node, self._producer_map(), trips)
+        given = _loop_body_values(body, node, self.producers(), trips)
         sub = _subgraph_model(body, actual, self.proto, shapes, values=given)
         max_nodes, depth = self.nesting
         if sub is None or depth + 1 >= MAX_SUBGRAPH_DEPTH:
@@ -1446,14 +1448,16 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                        shapes: dict[str, TypedShape], max_nodes: int, deadline: Deadline,
                        depth: int, known_trips: dict[tuple[str, ...], int] | None = None,
                        chosen: Chosen | None = None,
-                       taken: dict[str, str] | None = None
+                       taken: dict[str, str] | None = None,
+                       producers: dict[str, onnx.NodeProto] | None = None
                        ) -> tuple[NodeCost, bool, str | None]:
     """Cost of If (the branch its condition selects where ``taken`` knows it
     by the If's first output, else the heavier branch), Loop (body x trip
     count: a constant, or one computed from shapes, ``known_trips`` by the
     Loop's outputs; 1 assumed when unknown) and Scan (body x scan length).
-    Returns ``(cost, ruled, warning or None)``; a body that cannot be costed
-    gives the generic cost and a warning."""
+    ``producers`` maps ``proto``'s tensors to their nodes (built here when
+    not given). Returns ``(cost, ruled, warning or None)``; a body that
+    cannot be costed gives the generic cost and a warning."""
     label = f"{node.op_type} node {node.name or node.output[0]!r}"
     bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     if depth >= MAX_SUBGRAPH_DEPTH:
@@ -1499,8 +1503,9 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         trips = _const_int(proto, node.input[0]) if node.input and node.input[0] else None
         if trips is None and known_trips:
             trips = known_trips.get(tuple(node.output))
-        given = _loop_body_values(body, node, {o: n for n in proto.graph.node for o in n.output},
-                                  trips)
+        if producers is None:
+            producers = {o: n for n in proto.graph.node for o in n.output}
+        given = _loop_body_values(body, node, producers, trips)
     else:  # Scan: state variables, then scan inputs sliced along axis 0
         given = {}
         n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
