@@ -492,7 +492,7 @@ class _Structure:
         # inputs holding one sample ([3, H, W]: the model adds the batch axis)
         self.samples = sample_inputs(
             self.table, [vi.name for vi in inputs if vi.name not in self.weights
-                         and len(vi.type.tensor_type.shape.dim) >= 2
+                         and 2 <= len(vi.type.tensor_type.shape.dim) <= 3
                          and vi.type.tensor_type.shape.dim[0].dim_value > 0],
             lambda name: _int_values(name, {}, proto))
         self.fast = _fast_setup(proto, inits_read)

@@ -4,8 +4,9 @@ torchvision's detectors take a list of images, and their export takes one
 image, ``[3, H, W]``: the model normalises it and adds the batch axis itself
 (``Unsqueeze`` at axis 0). That input's first dim is its channels, not a
 batch: the model's batch is 1 (not 3), and it runs one image at a time. An
-input is taken as one sample when it has a static first dim and rank >= 2
-and, through elementwise ops only (:data:`PER_ELEMENT`, within
+input is taken as one sample when it has a static first dim and rank 2 or 3
+(one image, one sequence; a rank-4 input already has its batch axis) and,
+through elementwise ops only (:data:`PER_ELEMENT`, within
 :data:`SEARCH_NODES` nodes), it reaches an Unsqueeze at axis 0.
 """
 
@@ -29,7 +30,7 @@ def sample_inputs(table: Sequence[Row], names: Iterable[str],
 
     Args:
         table: the graph's node table.
-        names: candidate inputs (static first dim, rank >= 2).
+        names: candidate inputs (static first dim, rank 2 or 3).
         int_values: the integer values of a constant tensor by name (None:
             not a constant), for Unsqueeze's axes input (opset 13 on).
     """
