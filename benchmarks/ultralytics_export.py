@@ -3,9 +3,9 @@
 (a venv made with ``--system-site-packages`` over this project's, so that it
 shares torch and onnx; session 21: ``python -m venv --system-site-packages V
 && V/bin/pip install ultralytics==8.4.190 onnxslim``):
-``python benchmarks/ultralytics_export.py OUT_DIR [NAME ...]``. Each model is built from its YAML (random weights: nothing is
-downloaded) and exported as ``yolo export format=onnx`` does, with the
-options in its name; one line per model on stdout: ``ok NAME`` or
+``python benchmarks/ultralytics_export.py OUT_DIR [NAME ...]``. Each model is
+built from its YAML (random weights: nothing is downloaded) and exported as
+``yolo export format=onnx`` does, with the options in its name; one line per model on stdout: ``ok NAME`` or
 ``failed NAME: error``.
 """
 
