@@ -73,7 +73,8 @@ Sections (``--only`` picks some):
   (``benchmarks/jax_export.py``), symbolic dims ``B`` and ``T``; extracted
   at B 2, T 12 and checked as ``detection`` is.
 * ``genai``: :mod:`training.zoo.real.genai` (onnxruntime-genai's model
-  builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32), extracted
+  builder: LLaMA, Qwen2, Qwen3, Mistral, Gemma2 at int4 and fp32; GPT-OSS,
+  onnxruntime's MoE op, at fp32), extracted
   at a prompt (16 new tokens) and a decode step (1 new, 15 cached) with the
   KV cache's ``kv_cache_dim`` (and Gemma2's sliding-window cache length
   ``past_sliding_length``) left to the extractor; every tensor's shape is
@@ -288,10 +289,10 @@ def genai_check(proto: onnx.ModelProto, dims: dict[str, int]) -> dict:
 
 
 def genai(tmp: Path) -> Iterator[dict]:
-    from training.zoo.real.genai import ARCHITECTURES, build_genai
+    from training.zoo.real.genai import ARCHITECTURES, PRECISIONS, build_genai
 
     for arch in ARCHITECTURES:
-        for precision in ("int4", "fp32"):
+        for precision in PRECISIONS.get(arch, ("int4", "fp32")):
             row: dict = {"section": "genai", "model": f"{arch}-{precision}"}
             try:
                 proto = build_genai(arch, precision)

@@ -244,3 +244,35 @@ def test_an_op_without_a_shape_rule_is_guessed_and_says_so():
                for w in g.warnings)
     ruled = extract(_small_cnn(), batch=2)  # every op has a rule: no such warning
     assert not any("without a shape rule" in w for w in ruled.warnings)
+
+
+def _moe_layer(k: int = 2, experts: int = 4, hidden: int = 16, inter: int = 32):
+    """onnxruntime's MoE op as onnxruntime-genai's GPT-OSS build writes it:
+    a router's logits, fc1 (gate and up fused, SwiGLU) and fc2 banks."""
+    nodes = [helper.make_node("MatMul", ["x", "router_w"], ["logits"]),
+             helper.make_node("MoE", ["x", "logits", "fc1", "fc1_b", "fc2", "fc2_b"], ["y"],
+                              domain="com.microsoft", k=k, activation_type="swiglu",
+                              swiglu_fusion=1, normalize_routing_weights=1)]
+    inits = [const("router_w", (hidden, experts)), const("fc1", (experts, 2 * inter, hidden)),
+             const("fc1_b", (experts, 2 * inter)), const("fc2", (experts, hidden, inter)),
+             const("fc2_b", (experts, hidden))]
+    return model(nodes, [("x", ["tokens", hidden])], [("y", None)], inits, opset=17,
+                 domains=("com.microsoft",))
+
+
+def test_moe_costs_each_token_through_its_k_experts():
+    """Each of the tokens' k expert slots runs fc1 (2 x inter wide, fused
+    SwiGLU) and fc2: 2 FLOPs per weight element of one expert, its
+    activation, and the router's softmax and top-k. Before, 1 FLOP per
+    output element and an assumed shape (the implied KV dims of a genai
+    GPT-OSS build failed with it)."""
+    from perfseer_rt.graph.ops import MOE_ACTIVATION_FLOPS, MOE_ROUTING_FLOPS
+
+    g = extract(_moe_layer(), dims={"tokens": 10})
+    assert g.unknown_ops == [] and not any("without a shape rule" in w for w in g.warnings)
+    flops = dict(zip(g.node_ops, g.node_column("flops")))
+    per_slot = 2 * (2 * 32 * 16 + 16 * 32) + MOE_ACTIVATION_FLOPS * 2 * 32
+    assert flops["MoE"] == 10 * 2 * per_slot + MOE_ROUTING_FLOPS * 10 * 4
+    ran = run_shapes(_moe_layer(), {"x": np.ones((10, 16), np.float32)})
+    assert _edge_shapes(g)["logits"] == ran["logits"] == (10, 4)
+    assert ran["y"] == (10, 16)

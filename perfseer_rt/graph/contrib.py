@@ -286,7 +286,7 @@ CONTRIB_RULES: dict[str, Rule] = {
     "GatherBlockQuantized": _gather_block_quantized,
     "EmbedLayerNormalization": _embed_layer_norm,
     **{op: _same for op in ("RotaryEmbedding", "BiasGelu", "FastGelu", "QuickGelu", "Gelu",
-                            "BiasAdd", "BiasDropout")},
+                            "BiasAdd", "BiasDropout", "MoE", "QMoE")},
     # onnxruntime's static quantizer, QOperator format
     "QLinearAdd": _qlinear_binary, "QLinearMul": _qlinear_binary,
     # QLinearLeakyRelu / Sigmoid / Softmax (X, X_scale, X_zp, Y_scale, Y_zp): shaped like X

@@ -357,6 +357,32 @@ def _block_quantized_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> Node
     return NodeCost(flops, {"has_bias": int(has_bias), "in_channels": k, "out_channels": n})
 
 
+#: Position of the fc1, fc2 and fc3 expert weights among a MoE / QMoE node's inputs.
+_MOE_WEIGHTS = {"MoE": (2, 4, 6), "QMoE": (2, 5, 8)}
+#: FLOPs per element of the first expert layer's output (its activation).
+MOE_ACTIVATION_FLOPS = 4
+#: FLOPs per token and expert of the router's softmax and top-k.
+MOE_ROUTING_FLOPS = 3
+
+
+def _moe(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """onnxruntime's MoE / QMoE (onnxruntime-genai's GPT-OSS, Mixtral,
+    Phi-MoE builds): each token through its ``k`` experts, the expert
+    layers' MACs twice per weight element (a QMoE weight packs ``8 /
+    expert_weight_bits`` elements a byte), the first layer's activation, and
+    the router's softmax and top-k over the experts."""
+    x, router = _t(ins[0]), _t(ins[1])
+    experts = router.shape[-1]
+    tokens = x.elems / x.shape[-1]
+    unpack = 8 / int(attrs.get("expert_weight_bits", 4)) if op == "QMoE" else 1
+    weights = [ins[i] for i in _MOE_WEIGHTS[op] if i < len(ins) and ins[i] is not None]
+    per_expert = unpack * sum(w.elems for w in weights) / experts
+    fc1_out = unpack * _t(ins[2]).elems / experts / x.shape[-1]
+    k = int(attrs.get("k", 1))
+    return NodeCost(tokens * k * (2 * per_expert + MOE_ACTIVATION_FLOPS * fc1_out)
+                    + MOE_ROUTING_FLOPS * tokens * experts)
+
+
 def _fused_matmul(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """FusedMatMul (MatMul with transposed operands and a scale): the MatMul count."""
     a = _t(ins[0])
@@ -603,6 +629,7 @@ COST_RULES: dict[str, CostRule] = {
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,
     "FusedMatMul": _fused_matmul, "GatherBlockQuantized": _quantize,
+    "MoE": _moe, "QMoE": _moe,
 }
 
 

@@ -32,7 +32,14 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "qwen3": ("Qwen3Config", {"head_dim": None}),  # head_dim: hidden / heads
     "mistral": ("MistralConfig", {}),
     "gemma2": ("Gemma2Config", {"head_dim": None}),
+    # a mixture of experts (onnxruntime's MoE op) and a sliding-window layer;
+    # the builder's int4 path needs the MXFP4 checkpoint: fp32 only
+    "gpt-oss": ("GptOssConfig", {"head_dim": None, "num_local_experts": 4,
+                                 "num_experts_per_tok": 2, "sliding_window": 128,
+                                 "layer_types": ["sliding_attention", "full_attention"]}),
 }
+#: The precisions each architecture builds at (default: int4 and fp32).
+PRECISIONS: dict[str, tuple[str, ...]] = {"gpt-oss": ("fp32",)}
 #: Model sizes: ``small`` (2 layers, hidden 256 over 4 query heads of 64 and
 #: 2 KV heads; for shape checks) and ``base`` (6 layers, hidden 768, 12 heads,
 #: 4 KV heads, 65 M parameters; for measuring).
