@@ -375,7 +375,7 @@ def _moe(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     experts = router.shape[-1]
     tokens = x.elems / x.shape[-1]
     unpack = 8 / int(attrs.get("expert_weight_bits", 4)) if op == "QMoE" else 1
-    weights = [ins[i] for i in _MOE_WEIGHTS[op] if i < len(ins) and ins[i] is not None]
+    weights = [w for i in _MOE_WEIGHTS[op] if i < len(ins) and (w := ins[i]) is not None]
     per_expert = unpack * sum(w.elems for w in weights) / experts
     fc1_out = unpack * _t(ins[2]).elems / experts / x.shape[-1]
     k = int(attrs.get("k", 1))
