@@ -683,41 +683,36 @@ def exported_by(section: str, tmp: Path) -> Iterator[tuple[str, str | None]]:
             yield rest.split(":")[0], (rest if status == "failed" else None)
 
 
-def tf2onnx_models(tmp: Path) -> Iterator[dict]:
-    for name, error in exported_by("tf2onnx", tmp):
-        row: dict = {"section": "tf2onnx", "model": name}
+def toolchain_rows(section: str, key: str, tmp: Path,
+                   check: Callable[[str, Path], dict]) -> Iterator[dict]:
+    """One row per model ``section``'s export script writes: ``check(name,
+    path)`` under ``key``, or the exporter's error."""
+    for name, error in exported_by(section, tmp):
+        row: dict = {"section": section, "model": name}
         if error is not None:
-            row["tf2onnx_export_error"] = error
+            row[f"{section}_export_error"] = error
         else:
-            path = tmp / f"{name}.onnx"
-            attempt(row, "tf2onnx", lambda path=path: (refused_by_onnxruntime(path),
-                                                      bound_check(path))[1])
+            attempt(row, key, partial(check, name, tmp / f"{name}.onnx"))
         yield row
+
+
+def tf2onnx_models(tmp: Path) -> Iterator[dict]:
+    return toolchain_rows("tf2onnx", "tf2onnx", tmp, lambda name, path: (
+        refused_by_onnxruntime(path), bound_check(path))[1])
 
 
 def ultralytics_models(tmp: Path) -> Iterator[dict]:
-    for name, error in exported_by("ultralytics", tmp):
-        row: dict = {"section": "ultralytics", "model": name}
-        if error is not None:
-            row["ultralytics_export_error"] = error
-        else:
-            path = tmp / f"{name}.onnx"
-            static = name.endswith("-static")
-            attempt(row, "yolo", lambda path=path, static=static: bound_check(
-                path, batch=None if static else 2,
-                dims=None if static else {"height": 640, "width": 640}))
-        yield row
+    def check(name: str, path: Path) -> dict:
+        static = name.endswith("-static")
+        return bound_check(path, batch=None if static else 2,
+                           dims=None if static else {"height": 640, "width": 640})
+
+    return toolchain_rows("ultralytics", "yolo", tmp, check)
 
 
 def jax2onnx_models(tmp: Path) -> Iterator[dict]:
-    for name, error in exported_by("jax2onnx", tmp):
-        row: dict = {"section": "jax2onnx", "model": name}
-        if error is not None:
-            row["jax2onnx_export_error"] = error
-        else:
-            attempt(row, "jax2onnx", lambda path=tmp / f"{name}.onnx": bound_check(
-                path, dims={"B": 2, "T": 12}, ids=1000))
-        yield row
+    return toolchain_rows("jax2onnx", "jax2onnx", tmp, lambda name, path: bound_check(
+        path, dims={"B": 2, "T": 12}, ids=1000))
 
 
 #: The dims optimum's exports are extracted at (Whisper's encoder takes 3,000

@@ -25,7 +25,7 @@ from perfseer_rt.errors import ShapeError
 #: Most elements a switch input holds.
 MAX_SWITCH_ELEMS = 8
 #: Element types a switch may have (bool and the integer types).
-_SWITCH_TYPES = {onnx.TensorProto.BOOL: np.bool_, onnx.TensorProto.INT8: np.int8,
+_SWITCH_TYPES: dict[int, type] = {onnx.TensorProto.BOOL: np.bool_, onnx.TensorProto.INT8: np.int8,
                  onnx.TensorProto.INT16: np.int16, onnx.TensorProto.INT32: np.int32,
                  onnx.TensorProto.INT64: np.int64, onnx.TensorProto.UINT8: np.uint8}
 
@@ -60,14 +60,14 @@ def fix_switches(proto: onnx.ModelProto, dims: Mapping[str, int] | None) -> onnx
         ShapeError: a value outside the switch's element type.
     """
     switches = named_switches(proto, dims)
-    if not switches or dims is None:
+    if not switches:
         return proto
     named = [vi for vi in proto.graph.input if vi.name in switches]
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     for vi in named:
-        dtype = _SWITCH_TYPES[vi.type.tensor_type.elem_type]
-        value = dims[vi.name]
+        elem, value = switches[vi.name]
+        dtype = _SWITCH_TYPES[elem]
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ShapeError(f"--dim {vi.name}: {value!r} is not an integer")
         if dtype is not np.bool_ and not np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max:
