@@ -669,3 +669,44 @@ def test_a_model_inconsistent_at_its_shapes_names_the_node_that_refuses_them():
                                          r"\[2, 8, 3, 32\], \[8, 32\]: .*inconsistent") as err:
         extract(m, batch=2)
     assert "--input" in str(err.value) and "run time" not in str(err.value)
+
+
+@pytest.mark.parametrize("opset,ir", [(9, 3), (9, 7), (7, 3)])
+def test_an_old_dropouts_mask_is_shaped_like_its_input(opset, ir):
+    """Dropout before opset 10 (the ONNX Model Zoo's Caffe2 AlexNet, VGG,
+    SqueezeNet, Inception-v1 write its mask): onnx's inference leaves the mask
+    open, and extraction failed on a model onnxruntime runs."""
+    m = model([helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.5),
+               helper.make_node("Relu", ["y"], ["z"])], [("x", ["N", 8])], [("z", None)], opset=opset)
+    m.ir_version = ir
+    g = extract(m, batch=3)
+    drop = g.node_ops.index("Dropout")
+    # output and mask, both [3, 8] of the input's float type (the schema's T before opset 10)
+    assert g.node_column("num_outputs")[drop] == 2
+    assert g.node_column("out_elems")[drop] == 2 * 3 * 8
+    assert not any("optional output" in w for w in g.warnings)
+
+
+def _bn_with_training_outputs(read_mean: bool) -> onnx.ModelProto:
+    """BatchNormalization-9 listing its four training outputs (running mean and
+    variance, saved mean and variance), which onnx's inference leaves open."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                              ["y", "mean", "var", "saved_mean", "saved_var"]),
+             helper.make_node("Relu", ["y"], ["z"])]
+    if read_mean:
+        nodes.append(helper.make_node("Neg", ["mean"], ["w"]))
+    return model(nodes, [("x", ["N", 3, 4, 4])], [("z", None)],
+                 [const(k, (3,), np.ones(3)) for k in "sbmv"], opset=9)
+
+
+def test_optional_outputs_nothing_reads_and_nothing_shapes_are_left_out_with_a_warning():
+    g = extract(_bn_with_training_outputs(read_mean=False), batch=2)
+    bn = g.node_ops.index("BatchNormalization")
+    assert g.node_column("num_outputs")[bn] == 1 and g.node_column("out_elems")[bn] == 2 * 3 * 16
+    note = [w for w in g.warnings if "optional output" in w]
+    assert len(note) == 1 and "4 optional output(s)" in note[0] and "'saved_var'" in note[0]
+
+
+def test_an_unshaped_output_that_a_node_reads_still_fails_the_extraction():
+    with pytest.raises(ShapeError, match="'mean'"):
+        extract(_bn_with_training_outputs(read_mean=True), batch=2)

@@ -4,10 +4,12 @@
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from perfseer_rt import extract
 from perfseer_rt.errors import ShapeError
+from tests.contrib_models import run_shapes
 
 MODELS = Path(__file__).parent / "models"
 
@@ -103,3 +105,26 @@ def test_the_exporter_is_read_and_a_dynamo_export_is_flagged():
     assert dyn.info["exporter"] == "torch-dynamo" and ts.info["exporter"] == "torch-torchscript"
     assert any("dynamo exporter" in w for w in dyn.warnings)
     assert not any("dynamo exporter" in w for w in ts.warnings)
+
+
+#: The classic ONNX Model Zoo architectures that onnx ships as backend test
+#: data (Caffe2 exports, IR 3, opset 9; weights made by ConstantOfShape).
+ONNX_ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+@pytest.mark.skipif(not ONNX_ZOO.is_dir(), reason="this onnx build ships no backend test data")
+@pytest.mark.parametrize("name", ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2",
+                                  "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"])
+def test_onnx_model_zoo_classics_extract_with_onnxruntimes_shapes(name):
+    path = ONNX_ZOO / f"light_{name}.onnx"
+    g = extract(path)
+    assert g.unknown_ops == []
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.random(s, dtype=np.float32) for n, s in g.input_shapes.items()}
+    ran = run_shapes(onnx.load(str(path)), feeds)
+    ours = dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))
+    assert len(ours) > 10 and {t: tuple(ran[t]) for t in ours} == ours
+    # the weights ConstantOfShape makes are weights: AlexNet 61.1M parameters, ResNet-50 25.6M
+    expected = {"bvlc_alexnet": 61.1e6, "resnet50": 25.6e6}.get(name)
+    if expected:
+        assert g.globals["params_total"] == pytest.approx(expected, rel=0.01)

@@ -73,6 +73,7 @@ from perfseer_rt.graph.ops import (
 )
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.propagate import (
+    BOOL,
     GiveUp,
     Propagation,
     TypedShape,
@@ -699,6 +700,14 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
     taken = completion.taken if completion is not None else {}
     producers = completion.producers() if completion is not None else None
     missing = sorted(needed - shapes.keys())
+    unread = _unread_outputs(missing, st.proto, st.table) if missing else []
+    if unread:  # left out of their nodes' features, with a warning
+        drop = set(unread)
+        node_outs = [outs_ if drop.isdisjoint(outs_) else tuple("" if o in drop else o for o in outs_)
+                     for outs_ in node_outs]
+        for t in unread:
+            del ordered[t]
+        missing = [m for m in missing if m not in drop]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
@@ -1001,6 +1010,9 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
         counts = _counts(completion.guessed)
         warnings.append(GUESSED_SHAPE_WARNING.format(
             nodes=sum(counts.values()), ops=", ".join(sorted(counts))))
+    if unread:
+        warnings.append(UNREAD_OUTPUT_WARNING.format(
+            n=len(unread), names=", ".join(repr(t) for t in unread[:4]) + (" ..." if len(unread) > 4 else "")))
     warnings += [IMPLIED_DIM_WARNING.format(name=k, size=v, why=why)
                  for k, (v, why) in implied.items()]
     return PerfGraph(
@@ -1124,6 +1136,8 @@ class _Completion:
             routed = self._routed(node, shapes)
             if routed is not None:
                 return routed
+        if op == "Dropout":
+            return _dropout_types(in_types, len(node.output), _default_opset(self.proto))
         if op not in data_dependent.DATA_DEPENDENT_OPS:
             return None
         attrs, _, _, _ = read_attrs(node.attribute)
@@ -1287,6 +1301,44 @@ class _Completion:
         return found, (completion.items if completion is not None else {})
 
 
+def _unread_outputs(names: Iterable[str], proto: onnx.ModelProto, table: list[Row]) -> list[str]:
+    """The tensors among ``names`` that are a node's optional output (not
+    its first) and that no node, subgraph or graph output reads: an output
+    whose shape nothing gives (a training output of an old
+    BatchNormalization, say) then leaves the rest of the graph extractable."""
+    optional = {o for row in table for o in row[OUTS][1:] if o}
+    found = [t for t in names if t in optional]
+    if not found:
+        return []
+    read = {i for row in table for i in row[INS]}
+    read.update(vi.name for vi in proto.graph.output)
+    for row in table:
+        if has_subgraph(row):
+            for a in row[OTHER]:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    read.update(_free_tensors(sub))
+    return [t for t in found if t not in read]
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    """The model's default-domain opset (1 where it names none)."""
+    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 1)
+
+
+def _dropout_types(in_types: list[TypedShape | None], n_out: int, opset: int
+                   ) -> list[TypedShape | None] | None:
+    """A Dropout's output and mask: both shaped like its input. onnx's
+    inference leaves the mask open before opset 10 (Dropout-1, -6 and -7,
+    whose mask is typed ``T``, the input's type: the ONNX Model Zoo's
+    Caffe2-converted AlexNet, VGG, SqueezeNet and Inception-v1 write it);
+    from opset 10 the mask is bool."""
+    x = in_types[0] if in_types else None
+    if x is None:
+        return None
+    mask = (x[0] if opset < 10 else BOOL, x[1])
+    return [x, mask][:n_out]
+
+
 def _gathered_only(rows: list[Row], names: set[str], roots: dict[str, str]) -> set[str]:
     """The weights among ``names`` that only Gather nodes read (as their
     data input), aliases resolved by ``roots``."""
@@ -1415,6 +1467,11 @@ EXTERNAL_WEIGHTS_WARNING = (
     "unread) and within 8 % at fp32; perfseer-rt's CPU predictors were trained almost only on "
     "weights inline")
 #: The warning when outputs of ops without a shape rule were guessed.
+#: The note when optional outputs nothing reads had no shape (:func:`_unread_outputs`).
+UNREAD_OUTPUT_WARNING = (
+    "{n} optional output(s) that no node reads have no shape that onnx's inference or "
+    "perfseer-rt's rules give ({names}): they are left out of their nodes' features "
+    "(onnxruntime may still compute them)")
 GUESSED_SHAPE_WARNING = (
     "the output shapes of {nodes} node(s) of ops without a shape rule ({ops}) were assumed equal "
     "to their first input's; where such an op changes the shape, the sizes after it are off")
