@@ -1335,8 +1335,9 @@ def _dropout_types(in_types: list[TypedShape | None], n_out: int, opset: int
     x = in_types[0] if in_types else None
     if x is None:
         return None
-    mask = (x[0] if opset < 10 else BOOL, x[1])
-    return [x, mask][:n_out]
+    mask: TypedShape = (x[0] if opset < 10 else BOOL, x[1])
+    out: list[TypedShape | None] = [x, mask]
+    return out[:n_out]
 
 
 def _gathered_only(rows: list[Row], names: set[str], roots: dict[str, str]) -> set[str]:
