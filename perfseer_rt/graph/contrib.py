@@ -275,6 +275,29 @@ def _qattention(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) 
 #: ONNX's removed experimental elementwise ops (shaped like their input).
 _EXPERIMENTAL_ELEMENTWISE = ("ImageScaler", "Affine", "Scale", "ScaledTanh", "ParametricSoftplus")
 
+
+def _crop(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """Crop (removed experimental op) of an NCHW input: ``border`` is
+    (left, top, right, bottom); ``scale`` (height, width), when given, is the
+    output's size from the top-left border on (as onnxruntime runs it)."""
+    x = _x(ins, 0)
+    border, scale = attrs.get("border"), attrs.get("scale")
+    if x is None or len(x[1]) != 4 or type(border) is not list or len(border) != 4:
+        return None
+    n, c, h, w = x[1]
+    left, top, right, bottom = border
+    if scale:
+        if type(scale) is not list or len(scale) != 2:
+            return None
+        oh, ow = scale
+        right, bottom = w - left - ow, h - top - oh
+    else:
+        oh, ow = h - top - bottom, w - left - right
+    if min(left, top, right, bottom) < 0 or oh < 1 or ow < 1:
+        return None
+    return [(x[0], (n, c, oh, ow))]
+
+
 #: op type (domain com.microsoft) -> shape rule.
 CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
@@ -295,12 +318,12 @@ CONTRIB_RULES: dict[str, Rule] = {
     "QLinearConcat": _qlinear_concat, "QGemm": _qgemm, "QAttention": _qattention,
     # ONNX's removed experimental ops, which old files hold (the ONNX model
     # zoo's Tiny YOLOv2: ImageScaler) and onnxruntime still runs
-    **{op: _same for op in _EXPERIMENTAL_ELEMENTWISE},
+    **{op: _same for op in _EXPERIMENTAL_ELEMENTWISE}, "Crop": _crop,
 }
 
 
 #: Contrib ops onnxruntime registers in the ONNX domain (onnx has no schema for them).
-ONNX_DOMAIN_CONTRIB = frozenset({"SimplifiedLayerNormalization", *_EXPERIMENTAL_ELEMENTWISE})
+ONNX_DOMAIN_CONTRIB = frozenset({"SimplifiedLayerNormalization", *_EXPERIMENTAL_ELEMENTWISE, "Crop"})
 
 
 def contrib_rule(domain: str, op: str) -> Rule | None:

@@ -79,6 +79,7 @@ from perfseer_rt.graph.propagate import (
     TypedShape,
     clear_rule_cache,
     long_1d,
+    reshaped,
     schema_attributes,
     tensor_value,
     value_sources,
@@ -1138,6 +1139,10 @@ class _Completion:
                 return routed
         if op == "Dropout":
             return _dropout_types(in_types, len(node.output), _default_opset(self.proto))
+        if op == "Reshape" and len(ins) == 1 and in_types[0] is not None:
+            # Reshape-1 (opsets 1-4) takes its target as an attribute, which onnx does not read
+            target = read_attrs(node.attribute)[0].get("shape")
+            return [reshaped(in_types[0], target)] if type(target) is list else None
         if op not in data_dependent.DATA_DEPENDENT_OPS:
             return None
         attrs, _, _, _ = read_attrs(node.attribute)

@@ -181,7 +181,7 @@ DATA_MOVEMENT: frozenset[str] = frozenset({
     "CastLike", "Shape", "Size", "DepthToSpace", "SpaceToDepth", "Constant",
     "ConstantOfShape", "Range", "NonZero", "Compress", "OneHot", "Trilu",
     "ReverseSequence", "EyeLike", "SplitToSequence", "ConcatFromSequence",
-    "MaxUnpool", "CenterCropPad", "BitCast", "Optional", "OptionalGetElement",
+    "MaxUnpool", "CenterCropPad", "Crop", "BitCast", "Optional", "OptionalGetElement",
     "OptionalHasElement", "SequenceAt", "SequenceLength", "SequenceConstruct", "SequenceEmpty",
     "SequenceInsert", "SequenceErase",
 })

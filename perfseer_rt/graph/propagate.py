@@ -373,6 +373,14 @@ def _reshape(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> 
     allowzero = _int_attr(attrs, "allowzero", 0) if since >= 14 else 0
     if since < 14 and "allowzero" in attrs:
         return None
+    out = reshaped(x, target, allowzero)
+    return None if out is None else [out]
+
+
+def reshaped(x: TypedShape, target: Sequence[int], allowzero: int = 0) -> TypedShape | None:
+    """``x`` reshaped to ``target`` as onnx's Reshape infers it (a 0 copies
+    the input's dim unless ``allowzero``, one -1 takes the rest; None where
+    onnx's inference fails)."""
     out = []
     minus = -1
     for i, d in enumerate(target):
@@ -395,7 +403,7 @@ def _reshape(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> 
         if known == 0 or total % known:
             return None
         out[minus] = total // known
-    return [(x[0], tuple(out))]
+    return x[0], tuple(out)
 
 
 def _transpose(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
