@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -177,8 +178,13 @@ def built_seeds() -> list[bytes]:
                                             bert_layer(), lists, merged)]
 
 
-def file_seeds() -> list[bytes]:
+def file_seeds(extra: Sequence[Path] = ()) -> list[bytes]:
+    """The real models among the seeds; ``extra``: folders whose ``*.onnx``
+    files come after them (``--extra-seeds``: the case stream of every seed
+    number is unchanged without them)."""
     paths = sorted((ROOT / "examples").glob("*.onnx")) + sorted((ROOT / "tests" / "models").glob("*.onnx"))
+    for folder in extra:
+        paths += sorted(Path(folder).glob("*.onnx"))
     return [p.read_bytes() for p in paths if p.stat().st_size < 4 << 20]
 
 
@@ -439,13 +445,13 @@ def run_case(data: bytes, batch, watch_dirs: list[Path]) -> dict:
 
 def fuzz(cases: int, seed: int, hang_s: float = 120.0, only: int | None = None,
          crashes: Path | None = None, progress: bool = True, start: int = 0,
-         log: Path | None = None) -> dict:
+         log: Path | None = None, extra: Sequence[Path] = ()) -> dict:
     """Run cases ``start..cases-1`` (or case ``only``) in this process;
     returns the summary (counts and failing cases). With ``log``, one JSON
     line per case is appended to it, written before the case runs (its
     index) and after (its result), so that a case that kills the process is
     known (:func:`supervised`)."""
-    seeds = built_seeds() + file_seeds()
+    seeds = built_seeds() + file_seeds(extra)
     results: list[dict] = []
     old_cwd = os.getcwd()
     indices = [only] if only is not None else range(start, cases)
@@ -513,7 +519,8 @@ def summarize(results: list[dict], seed: int) -> dict:
             "failures": failures[:50]}
 
 
-def supervised(cases: int, seed: int, hang_s: float, crashes: Path | None) -> dict:
+def supervised(cases: int, seed: int, hang_s: float, crashes: Path | None,
+               extra: Sequence[Path] = ()) -> dict:
     """:func:`fuzz` in child processes: a case that kills its process (an
     abort or a crash inside a C++ library, which no exception reports) is
     counted as ``aborted`` and the run goes on from the next case."""
@@ -524,7 +531,8 @@ def supervised(cases: int, seed: int, hang_s: float, crashes: Path | None) -> di
         while start < cases:
             cmd = [sys.executable, "-m", "benchmarks.fuzz_extract", "--in-process", "--cases",
                    str(cases), "--seed", str(seed), "--start", str(start), "--hang-s",
-                   str(hang_s), "--log", str(log)] + (["--crashes", str(crashes)] if crashes else [])
+                   str(hang_s), "--log", str(log)] + (["--crashes", str(crashes)] if crashes else []) \
+                + [a for folder in extra for a in ("--extra-seeds", str(folder))]
             rc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode
             done = {}
             started = None
@@ -539,7 +547,7 @@ def supervised(cases: int, seed: int, hang_s: float, crashes: Path | None) -> di
                 break
             results.append({"case": started, "outcome": "abort", "returncode": rc, "cpu_s": 0.0})
             if crashes is not None:
-                data, _, _ = make_case(built_seeds() + file_seeds(), seed, started)
+                data, _, _ = make_case(built_seeds() + file_seeds(extra), seed, started)
                 crashes.mkdir(parents=True, exist_ok=True)
                 (crashes / f"seed{seed}_case{started}.onnx").write_bytes(data)
             with open(log, "a") as fh:  # the next child's log follows
@@ -560,6 +568,8 @@ def main() -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="run every case in this process (default: in child processes that a "
                          "case killing its process does not stop)")
+    ap.add_argument("--extra-seeds", type=Path, action="append", default=[],
+                    help="a folder whose *.onnx files are seeds too, after the built-in ones")
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--log", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -567,9 +577,9 @@ def main() -> int:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     if args.in_process or args.only is not None:
         out = fuzz(args.cases, args.seed, args.hang_s, args.only, args.crashes, start=args.start,
-                   log=args.log)
+                   log=args.log, extra=args.extra_seeds)
     else:
-        out = supervised(args.cases, args.seed, args.hang_s, args.crashes)
+        out = supervised(args.cases, args.seed, args.hang_s, args.crashes, args.extra_seeds)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out["total_cpu_s"] = round(time.process_time() - t0 + after.ru_utime + after.ru_stime
                                - children.ru_utime - children.ru_stime, 1)

@@ -8,11 +8,13 @@ from typing import Any
 
 
 def as_version(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """``doc`` (a current, schema-5 seernet manifest) written as schema
-    ``version`` (2-4): each step down drops what that step's upgrade adds
+    """``doc`` (a current, schema-6 seernet manifest) written as schema
+    ``version`` (2-5): each step down drops what that step's upgrade adds
     back (a disagreement-scaled interval's bins then read as unscaled: a
     document for the reader's tests, not the same predictor)."""
     out = json.loads(json.dumps(doc))
+    if version <= 5 and out.get("training_data") is not None:
+        out["training_data"].pop("ops", None)
     section = out["seernet"]
     unc = section.get("uncertainty")
     if version <= 4 and unc is not None:

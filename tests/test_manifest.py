@@ -126,6 +126,21 @@ def test_disagreement_and_scaled_intervals_are_checked_and_a_version_4_reads_wit
         parse_manifest(v4)
 
 
+def test_training_ops_are_typed_and_a_version_5_reads_without_them(doc):
+    good = copy.deepcopy(doc)
+    good["training_data"]["ops"] = {"Conv": 12, "LRN": 1}
+    assert parse_manifest(good).training_data.ops == {"Conv": 12, "LRN": 1}
+    bad = copy.deepcopy(good)
+    bad["training_data"]["ops"] = {"Conv": "12"}
+    with pytest.raises(ManifestError, match="training_data.ops"):
+        parse_manifest(bad)
+    v5 = as_version(good, 5)
+    assert "ops" not in v5["training_data"] and parse_manifest(v5).training_data.ops is None
+    v5["training_data"]["ops"] = None
+    with pytest.raises(ManifestError, match="not in schema version 5"):
+        parse_manifest(v5)
+
+
 def test_a_new_kind_carries_its_own_section(doc, monkeypatch):
     """Another kind (e.g. a GPU prior) registers its section; the common part stays."""
     from dataclasses import dataclass

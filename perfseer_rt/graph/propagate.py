@@ -1215,8 +1215,10 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray | None:
         dtype = _NP.get(t.data_type)
         if dtype is not None and t.HasField("raw_data") and not t.HasField("segment") \
                 and _LITTLE_ENDIAN:
-            raw: np.ndarray = np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
-            return raw
+            raw: np.ndarray = np.frombuffer(t.raw_data, dtype=dtype)
+            dims = t.dims[:]  # a list: reshape converts the repeated field itself slowly
+            # a 1-D tensor of its own length is already shaped (reshape would only check it)
+            return raw if len(dims) == 1 and raw.shape[0] == dims[0] else raw.reshape(dims)
         decoded: np.ndarray = numpy_helper.to_array(t)
         return decoded
     except Exception:  # noqa: BLE001 - undecodable data: not a usable constant

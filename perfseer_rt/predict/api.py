@@ -18,6 +18,7 @@ from perfseer_rt.errors import MetricError, PerfSeerError
 from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.gpu.predict_train import predict_gpu_train
 from perfseer_rt.graph import PerfGraph, extract, layout
+from perfseer_rt.graph.ops import cost_kind
 from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import OUTPUT_NAMES, FieldScale, MemoryParts, Uncertainty, concat_graphs
@@ -156,6 +157,36 @@ def corrected_by(pred: Predictor) -> dict[str, Correction]:
     return fixes
 
 
+#: Share of a model's FLOPs or of its bytes moved (the nodes' ``mac``) above
+#: which ops its predictor's training data never held are named in a warning.
+UNSEEN_OP_SHARE = 0.01
+UNSEEN_OPS_WARNING = ("ops that no model of the predictor's training data holds, nor an op of their "
+                      "kind: {ops}; no measurement taught it their cost on this device, so the "
+                      "prediction may be far off")
+
+
+def unseen_ops(graph: PerfGraph, seen: Mapping[str, int]) -> list[str]:
+    """The ops of ``graph`` that no training architecture holds (``seen``:
+    ``training_data.ops``), whose cost is not of a generic kind that one of
+    the seen ops shares (element-wise, data movement:
+    :func:`perfseer_rt.graph.ops.cost_kind`; Caffe2's ``Sum`` of two tensors
+    runs as an ``Add``) and that do at least :data:`UNSEEN_OP_SHARE` of its
+    FLOPs or of its bytes moved, described (nodes, shares)."""
+    ops = np.array(graph.node_ops, dtype=object)
+    flops, mac = graph.node_column("flops"), graph.node_column("mac")
+    kinds = {cost_kind(op) for op in seen} - {None}
+    out = []
+    for op in sorted(set(graph.node_ops) - seen.keys()):
+        if cost_kind(op) in kinds:
+            continue
+        sel = ops == op
+        f = flops[sel].sum() / flops.sum() if flops.sum() else 0.0
+        m = mac[sel].sum() / mac.sum() if mac.sum() else 0.0
+        if max(f, m) >= UNSEEN_OP_SHARE:
+            out.append(f"{op} ({int(sel.sum())} node(s), {f:.1%} of the FLOPs, {m:.1%} of the bytes moved)")
+    return out
+
+
 def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     """Why this graph lies outside what the predictor was trained on."""
     data = pred.schema.training_data if pred.schema else None
@@ -170,6 +201,10 @@ def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
     if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
         warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
                         f"{min(batches)}..{max(batches)}")
+    if data is not None and data.ops is not None:
+        unseen = unseen_ops(graph, data.ops)
+        if unseen:
+            warnings.append(UNSEEN_OPS_WARNING.format(ops="; ".join(unseen)))
     warnings.extend(graph.warnings)
     if graph.unknown_ops:
         warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))

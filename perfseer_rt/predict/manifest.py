@@ -6,7 +6,8 @@ and the predictor's inputs.
 unknown field is a :class:`ManifestError` naming it (``models[1].sha256``),
 never a default. Fields that may be empty are written explicitly as ``null``.
 
-Layout (``schema_version`` 5; a version-4 document is read as version 5
+Layout (``schema_version`` 6; a version-5 document is read as version 6
+with ``training_data.ops`` null, :func:`upgrade_v5`; a version-4 one also
 with ``seernet.uncertainty.disagreement`` null and plain intervals,
 :func:`upgrade_v4`; a version-3 one also with ``seernet.field_scale`` null,
 :func:`upgrade_v3`; a version-2 one also with ``seernet.uncertainty`` and
@@ -17,7 +18,8 @@ with ``seernet.uncertainty.disagreement`` null and plain intervals,
     feature_version, columns, op_vocabulary    the PerfGraph layout it was trained on
     metrics       [{name, unit}]        output order of every model
     training_data {configurations, architectures, families, batch_sizes, nodes,
-                   flops_total, metrics, notes} or null
+                   flops_total, metrics, ops, notes} or null
+                   ops: op type -> training architectures whose PerfGraph holds it
     accuracy      split -> model -> metric -> {mape, within_10, count, spearman}
     created, provenance {command, notes}, mig_gpu
     mode          "inference" | "train"   what one measurement was
@@ -67,7 +69,7 @@ from perfseer_rt.errors import PerfSeerError
 
 FORMAT = "perfseer-rt-predictor"
 _T = TypeVar("_T")
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Inputs and output of every exported ONNX predictor, in this order.
 INPUT_NAMES = ("x", "edge_index", "edge_attr", "u", "node_batch")
 OUTPUT_NAMES = ("y",)
@@ -314,6 +316,9 @@ class TrainingData:
     nodes: Union[Range, None]
     flops_total: Union[Range, None]
     metrics: dict[str, MetricSummary]
+    #: op type -> training architectures whose PerfGraph holds a node of it
+    #: (null: not recorded; ``python -m training.seernet.training_ops``)
+    ops: Union[dict[str, int], None]
     notes: dict[str, Any]
 
 
@@ -609,7 +614,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 def upgrade(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     """``doc`` read up to the current schema version if it is an older
-    version of this format (2, 3 or 4, in steps); any other document is returned
+    version of this format (2 to 5, in steps); any other document is returned
     as it is (the same object, so a caller can tell nothing was upgraded)."""
     if doc.get("format") == FORMAT and doc.get("schema_version") == 2:
         doc = upgrade_v2(doc)
@@ -617,7 +622,21 @@ def upgrade(doc: Mapping[str, Any]) -> Mapping[str, Any]:
         doc = upgrade_v3(doc)
     if doc.get("format") == FORMAT and doc.get("schema_version") == 4:
         doc = upgrade_v4(doc)
+    if doc.get("format") == FORMAT and doc.get("schema_version") == 5:
+        doc = upgrade_v5(doc)
     return doc
+
+
+def upgrade_v5(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema-version-5 document as version 6: the same predictor, its
+    training data's op types not recorded (``training_data.ops`` null)."""
+    out = {**doc, "schema_version": 6}
+    td = doc.get("training_data")
+    if isinstance(td, dict):
+        if "ops" in td:
+            raise ManifestError("manifest field training_data.ops is not in schema version 5")
+        out["training_data"] = {**td, "ops": None}
+    return out
 
 
 def upgrade_v4(doc: Mapping[str, Any]) -> dict[str, Any]:

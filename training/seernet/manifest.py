@@ -55,7 +55,9 @@ def _training_data(summary: dict) -> dict:
             "metrics": {m: {"count": s.get("count", 0), "min": s.get("min"),
                             "median": s.get("median"), "max": s.get("max")}
                         for m, s in summary["metrics"].items()},
-            "notes": {k: v for k, v in summary.items() if k not in _SUMMARY_KEYS}}
+            # op types: written by ``python -m training.seernet.training_ops`` (null until then)
+            "ops": summary.get("ops"),
+            "notes": {k: v for k, v in summary.items() if k not in (*_SUMMARY_KEYS, "ops")}}
 
 
 def _accuracy(accuracy: dict) -> dict:
