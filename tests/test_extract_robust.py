@@ -735,3 +735,19 @@ def test_old_ops_that_onnxruntime_runs_take_its_shapes(node, opset):
     g = extract(m)
     ran = run_shapes(m, {"x": np.zeros((2, 3, 8, 8), np.float32)})
     assert g.unknown_ops == [] and g.edge_shapes[g.edge_tensors.index("y")] == tuple(ran["y"])
+
+
+@pytest.mark.parametrize("elem,name,what", [(TensorProto.FLOAT8E4M3FN, "float8e4m3fn", "narrow weights"),
+                                            (TensorProto.INT8, "int8", "quantized weights")])
+def test_weights_stored_narrow_in_a_float32_model_are_flagged(elem, name, what):
+    """FP8 weight-only checkpoints (DequantizeLinear of float8 weights, then
+    float32 compute) were flagged nowhere: only integer storage was."""
+    w = helper.make_tensor("w", elem, [64, 64], vals=bytes(64 * 64), raw=True)
+    m = model([helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+               helper.make_node("MatMul", ["x", "wf"], ["y"])],
+              [("x", ["N", 64])], [("y", None)], [w, const("s", (), 1.0)], opset=21)
+    g = extract(m, batch=4)
+    assert g.info["dtype"] == "float32"
+    assert [w for w in g.warnings if "weight bytes" in w] == [
+        f"100% of the weight bytes are stored as {name} ({what}, {'dequantized' if 'quant' in what else 'converted'} "
+        "as the model runs in float32); perfseer-rt's shipped predictors were trained on float32 weights only"]

@@ -29,6 +29,10 @@ FLOAT_TYPES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 23, 24, 27, 28})
 QUANT_TYPES = frozenset({2, 3, 21, 22, 25, 26})
 #: Their names (weights stored so in a float model: quantized weight-only).
 QUANT_NAMES = frozenset(DTYPES[t][0] for t in QUANT_TYPES)
+#: Names of the types narrower than float32 that a float32 model may store
+#: its weights in and convert as it runs: the quantized integers, float16,
+#: bfloat16 and the 8-, 6- and 4-bit floats.
+NARROW_WEIGHT_NAMES = QUANT_NAMES | frozenset(DTYPES[t][0] for t in FLOAT_TYPES - {1, 11})
 
 
 def itemsize(elem_type: int, what: str = "a tensor") -> float:

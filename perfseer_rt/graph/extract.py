@@ -1436,12 +1436,14 @@ def _model_info(weights: dict[str, Shape], weight_uses: dict[str, int],
         warnings.append(f"the model computes mostly in {dtype}; perfseer-rt's shipped "
                         "predictors were trained on float32 models only")
     else:
-        quant = {k: v for k, v in by_dtype.items() if k in dtypes.QUANT_NAMES}
+        narrow = {k: v for k, v in by_dtype.items() if k in dtypes.NARROW_WEIGHT_NAMES}
         total = sum(by_dtype.values())  # 0 where every weight is empty (a 0-length dim)
-        share = sum(quant.values()) / total if quant and total else 0.0
+        share = sum(narrow.values()) / total if narrow and total else 0.0
         if share >= QUANT_WEIGHT_WARN_SHARE:
+            what = ("quantized weights, dequantized" if narrow.keys() <= dtypes.QUANT_NAMES
+                    else "narrow weights, converted")
             warnings.append(f"{share:.0%} of the weight bytes are stored as "
-                            f"{'/'.join(sorted(quant))} (quantized weights, dequantized as the "
+                            f"{'/'.join(sorted(narrow))} ({what} as the "
                             "model runs in float32); perfseer-rt's shipped predictors were "
                             "trained on float32 weights only")
     return meta, warnings
@@ -1494,8 +1496,8 @@ def general_warnings(warnings: Iterable[str]) -> list[str]:
     return [w for w in warnings if w not in fixed and not any(w.endswith(t) for t in tails)]
 
 
-#: Share of weight bytes stored quantized (int8/uint8/int4...) in a model
-#: that computes in float32 from which the weight-only quantization is flagged.
+#: Share of the weight bytes stored narrow (int8/uint8/int4, float16, float8...) in a
+#: model that computes in float32 from which the narrow storage is flagged.
 QUANT_WEIGHT_WARN_SHARE = 0.1
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 #: Rounds of typing unknown ops' outputs and re-running onnx's inference: a
