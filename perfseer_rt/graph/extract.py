@@ -1474,12 +1474,12 @@ EXTERNAL_WEIGHTS_WARNING = (
     "memory was still over-predicted by up to 52 % at int4 (a float embedding table mostly "
     "unread) and within 8 % at fp32; perfseer-rt's CPU predictors were trained almost only on "
     "weights inline")
-#: The warning when outputs of ops without a shape rule were guessed.
 #: The note when optional outputs nothing reads had no shape (:func:`_unread_outputs`).
 UNREAD_OUTPUT_WARNING = (
     "{n} optional output(s) that no node reads have no shape that onnx's inference or "
     "perfseer-rt's rules give ({names}): they are left out of their nodes' features "
     "(onnxruntime may still compute them)")
+#: The warning when outputs of ops without a shape rule were guessed.
 GUESSED_SHAPE_WARNING = (
     "the output shapes of {nodes} node(s) of ops without a shape rule ({ops}) were assumed equal "
     "to their first input's; where such an op changes the shape, the sizes after it are off")

@@ -187,13 +187,6 @@ DATA_MOVEMENT: frozenset[str] = frozenset({
 })
 
 _VARIADIC = frozenset({"Sum", "Max", "Min", "Mean"})
-
-
-def cost_kind(op: str) -> str | None:
-    """The generic kind of an op's cost, where it has one: ``"element-wise"``
-    (:data:`ELEMENTWISE_FLOPS`) or ``"data movement"`` (:data:`DATA_MOVEMENT`);
-    None for an op costed by a rule of its own."""
-    return "element-wise" if op in ELEMENTWISE_FLOPS else "data movement" if op in DATA_MOVEMENT else None
 _NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "LpNormalization",
                     "MeanVarianceNormalization",
                     "GroupNormalization", "SimplifiedLayerNormalization",
@@ -201,6 +194,13 @@ _NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "LpNormalizat
                     "EmbedLayerNormalization", "RMSNormalization"})
 _REDUCTIONS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
                          "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd", "Hardmax"})
+
+
+def cost_kind(op: str) -> str | None:
+    """The generic kind of an op's cost, where it has one: ``"element-wise"``
+    (:data:`ELEMENTWISE_FLOPS`) or ``"data movement"`` (:data:`DATA_MOVEMENT`);
+    None for an op costed by a rule of its own."""
+    return "element-wise" if op in ELEMENTWISE_FLOPS else "data movement" if op in DATA_MOVEMENT else None
 
 
 def channel_dim(shape: tuple[int, ...]) -> int:
