@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
+from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.budget import fit as do_fit
 from perfseer_rt.predict.explain import device_rows
@@ -121,19 +122,36 @@ _mode_opt = click.option(
 @_mode_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
+@click.option("--keep-going", is_flag=True, help="A model that cannot be extracted gets its "
+              "error line on stderr and the others are predicted (exit 2 at the end); by "
+              "default the first such model ends the run.")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Processes to extract the models in.")
 def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
             device: str | None, metrics: str | None, model_name: str | None, precision: str | None,
-            mode: str, as_json: bool) -> None:
+            mode: str, as_json: bool, keep_going: bool, workers: int) -> None:
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    failed: list[str] = []
+
+    def report(model: str, exc: PerfSeerError) -> None:
+        failed.append(model)
+        text = str(exc)  # most errors name their model first; the line must, among many
+        click.echo(f"perfseer-rt: error: {text if text.startswith(model) else f'{model}: {text}'}",
+                   err=True)
+
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
                            model_name=model_name, precision=precision, dims=parse_dims(dims),
-                           mode=mode)
+                           mode=mode, workers=workers, on_error=report if keep_going else None)
     if as_json:
         emit_json(results)
     else:
         click.echo(render_table(results))
+    if failed:
+        click.echo(f"perfseer-rt: {len(failed)} of {len(failed) + len({r['model'] for r in results})} "
+                   "model(s) could not be extracted (their errors are above)", err=True)
+        sys.exit(2)
 
 
 @click.command()

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
 from perfseer_rt.errors import ModelLoadError, PerfSeerError
-from perfseer_rt.graph.extract import extract_batches
+from perfseer_rt.graph.many import iter_extract_many
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.train_mode import predictor_for
 
@@ -53,25 +53,38 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  input_shapes: dict[str, tuple[int, ...]] | None = None,
                  model_name: str | None = None, precision: str | None = None,
                  dims: dict[str, int] | None = None,
-                 progress: bool | None = None, mode: str = "inference") -> list[dict[str, Any]]:
+                 progress: bool | None = None, mode: str = "inference", workers: int = 1,
+                 on_error: Callable[[str, PerfSeerError], None] | None = None) -> list[dict[str, Any]]:
     """Predict every model at every batch size: extraction per model (all its
-    batch sizes in one pass, :func:`~perfseer_rt.graph.extract_batches`) with
-    a progress bar on stderr when there are many, then one batched
-    prediction (``mode``: ``"inference"`` or ``"train"``, as :func:`predict`).
-    Results are in model-major order."""
+    batch sizes in one pass, :func:`~perfseer_rt.graph.iter_extract_many`, in
+    ``workers`` processes) with a progress bar on stderr when there are many,
+    then one batched prediction (``mode``: ``"inference"`` or ``"train"``, as
+    :func:`predict`). Results are in model-major order. A model that fails to
+    extract raises its error, or with ``on_error`` is passed to it (model,
+    error) and left out while the others are predicted."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
     predictor_for(device, mode)
-    jobs = [(m, b) for m in models for b in batches]
-    show = (len(jobs) >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
+    total = len(models) * len(batches)
+    show = (total >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
     graphs: list[Any] = []
-    with tqdm(total=len(jobs), desc="extract", unit="graph", disable=not show,
+    names: list[str] = []
+    with tqdm(total=total, desc="extract", unit="graph", disable=not show,
               file=sys.stderr) as bar:
-        for m in models:  # one pass per model: its structure is shared by every batch size
-            graphs += extract_batches(m, batches, input_shapes=input_shapes, dims=dims)
+        outcomes = iter_extract_many(models, batches, input_shapes, dims, workers=workers)
+        for m, outcome in zip(models, outcomes):
             bar.update(len(batches))
+            if isinstance(outcome, PerfSeerError):
+                if on_error is None:
+                    raise outcome
+                on_error(m, outcome)
+                continue
+            graphs += outcome
+            names += [m] * len(outcome)
+    if not graphs:
+        return []
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
                       precision=precision, mode=mode)
-    for r, (m, _) in zip(results, jobs):
+    for r, m in zip(results, names):
         r["model"] = m
     return results
