@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, exported, failures  # noqa: E402
+from benchmarks.real_exports import attempt, bound_check, emit, exported, failures  # noqa: E402
 from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
 
 #: onnx's copies of the classic ONNX Model Zoo architectures.
@@ -105,11 +105,7 @@ def main() -> int:
         for section in args.only:
             for row in SECTIONS[section](Path(tmp)):
                 rows += 1
-                line = json.dumps(row)
-                print(line, flush=True)
-                if args.out:
-                    with open(args.out, "a") as fh:
-                        fh.write(line + "\n")
+                emit(row, args.out)
                 failed += [f"{row['model']}: {f}" for f in failures(row)]
     print(json.dumps({"rows": rows, "failed": failed}))
     return 1 if failed else 0

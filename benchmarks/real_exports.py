@@ -780,6 +780,15 @@ def failures(row: dict) -> list[str]:
     return out
 
 
+def emit(row: dict, out: Path | None) -> None:
+    """Print one row as a JSON line, and append it to ``out`` when given."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        with out.open("a") as f:
+            f.write(line + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
@@ -803,11 +812,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for row in SECTIONS[section](Path(tmp)):
                 rows += 1
-                line = json.dumps(row)
-                print(line, flush=True)
-                if args.out:
-                    with args.out.open("a") as f:
-                        f.write(line + "\n")
+                emit(row, args.out)
                 failed += [f"{section} {row['model']}: {f}" for f in failures(row)]
     print(f"{rows} models, {len(failed)} failed check(s)")
     for f in failed:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, exported, failures, timed_extract  # noqa: E402
+from benchmarks.real_exports import attempt, bound_check, emit, exported, failures, timed_extract  # noqa: E402
 from training.zoo.real.torchvision_compat import import_timm  # noqa: E402
 
 #: Weights above this (bytes) leave protobuf's limit for the onnxruntime check.
@@ -71,11 +71,7 @@ def main() -> int:
         row: dict = {"section": "timm-dynamo", "seed": args.seed, "model": name}
         with tempfile.TemporaryDirectory() as tmp:
             attempt(row, "check", lambda: check(name, Path(tmp) / f"{name}.onnx"))  # noqa: B023 (called here)
-        line = json.dumps(row)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(line + "\n")
+        emit(row, args.out)
         failed += [f"{name}: {f}" for f in failures(row)]
     print(json.dumps({"rows": len(names), "failed": failed}))
     return 1 if failed else 0
