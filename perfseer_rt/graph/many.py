@@ -12,10 +12,7 @@ graph to the same extraction in one process (tests/test_extract_many.py).
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 
 from perfseer_rt.errors import LimitError, PerfSeerError
@@ -68,6 +65,12 @@ def iter_extract_many(models: Sequence[ModelSource], batches: Sequence[int | Non
     if workers == 1 or len(models) <= 1:
         yield from map(work, models)
         return
+    # deliberately here: only a run with workers pays for importing multiprocessing (4 ms of
+    # every `perfseer-rt` start otherwise)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     chunk = max(1, min(CHUNK, len(models) // (4 * workers)))
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
