@@ -65,8 +65,8 @@ def iter_extract_many(models: Sequence[ModelSource], batches: Sequence[int | Non
     if workers == 1 or len(models) <= 1:
         yield from map(work, models)
         return
-    # deliberately here: only a run with workers pays for importing multiprocessing (4 ms of
-    # every `perfseer-rt` start otherwise)
+    # lazy: only a run with workers pays for importing multiprocessing (4 ms of every
+    # `perfseer-rt` start otherwise)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
