@@ -15,6 +15,7 @@ from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
 from perfseer_rt.graph import dtypes
 from perfseer_rt.graph.extract import EXTERNAL_WEIGHTS_WARNING, FIXED_SHAPES_WARNING
 from perfseer_rt.graph.limits import MAX_BATCH
+from tests.contrib_models import run_shapes
 from tests.onnx_builders import const, model, single_op
 
 
@@ -729,8 +730,6 @@ def test_old_ops_that_onnxruntime_runs_take_its_shapes(node, opset):
     """Reshape-1 (its target an attribute, which onnx's inference does not read)
     and the removed experimental Crop, which old ONNX files hold: extraction
     failed on the first and guessed the second shaped like its input."""
-    from tests.contrib_models import run_shapes
-
     m = _old_op(node, opset)
     g = extract(m)
     ran = run_shapes(m, {"x": np.zeros((2, 3, 8, 8), np.float32)})

@@ -313,7 +313,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     if akeys is None:
         akeys = attribute_keys(table)
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
-    opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    opset = _default_opset(proto)
     declared: dict[str, frozenset[str] | None] = {}  # op -> its schema's attributes (None: no schema)
     for row, akey in zip(table, akeys):
         if row[0] in SPATIAL_OPS and akey not in checked:
@@ -1138,7 +1138,7 @@ class _Completion:
             if routed is not None:
                 return routed
         if op == "Dropout":
-            return _dropout_types(in_types, len(node.output), _default_opset(self.proto))
+            return _dropout_types(in_types, len(node.output), _default_opset(self.proto) or 1)
         if op == "Reshape" and len(ins) == 1 and in_types[0] is not None:
             # Reshape-1 (opsets 1-4) takes its target as an attribute, which onnx does not read
             target = read_attrs(node.attribute)[0].get("shape")
@@ -1325,9 +1325,9 @@ def _unread_outputs(names: Iterable[str], proto: onnx.ModelProto, table: list[Ro
     return [t for t in found if t not in read]
 
 
-def _default_opset(proto: onnx.ModelProto) -> int:
-    """The model's default-domain opset (1 where it names none)."""
-    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 1)
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    """The model's default-domain opset (None where it names none)."""
+    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
 
 
 def _dropout_types(in_types: list[TypedShape | None], n_out: int, opset: int
@@ -1864,7 +1864,7 @@ def _not_onnx_ops(table: list[Row], proto: onnx.ModelProto) -> str:
     """Ops of the default domain that onnx has no schema for at the model's
     opset and onnxruntime has no kernel for (e.g. a TensorFlow op a converter
     left in), as "op (n nodes)", or ""."""
-    opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    opset = _default_opset(proto)
     if opset is None:
         return ""
     counts: dict[str, int] = {}
