@@ -180,6 +180,23 @@ def test_truncated_and_missing(tmp_path):
         extract(tmp_path / "missing.onnx")
 
 
+def test_a_pipe_or_device_is_refused_without_opening_it(tmp_path):
+    """A named pipe nobody writes to would block the open for ever and
+    /dev/zero the read (both hung ``perfseer-rt predict``): anything that is
+    not a regular file is one ModelLoadError, found by a stat; so is a
+    name no file can have."""
+    os.mkfifo(tmp_path / "pipe.onnx")
+    for path in (tmp_path / "pipe.onnx", "/dev/zero"):
+        with pytest.raises(ModelLoadError, match="not a regular file"):
+            extract(path)
+    with pytest.raises(ModelLoadError, match="is a directory"):
+        extract(tmp_path)
+    with pytest.raises(ModelLoadError, match="no file can have this name"):
+        extract(str(tmp_path / "a\0b.onnx"))
+    with pytest.raises(ModelLoadError, match="cannot read: File name too long"):
+        extract(tmp_path / ("x" * 5000))
+
+
 def test_networkx_view_merges_parallel_tensors():
     nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2, name="split"),
              helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="cat")]

@@ -539,6 +539,49 @@ def test_weights_in_an_external_file_are_read_and_flagged(tmp_path):
         np.testing.assert_array_equal(g.x, ext.x)
 
 
+@pytest.mark.parametrize("location, why", [
+    ("", "names no file"), ("/dev/zero", "absolute path"), ("../outside.bin", "outside the model's folder"),
+    ("a_folder", "not a regular file"), ("a_pipe", "not a regular file")])
+def test_external_data_onnxruntime_refuses_is_a_typed_error(tmp_path, location, why):
+    """An external data location onnxruntime refuses (none, absolute, out of
+    the model's folder, a folder or a named pipe there) is one GraphError
+    naming the initializer; the pipe is never opened (opening it would
+    block), and a location within the folder that goes out and back in is
+    read as onnxruntime reads it."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "outside.bin").write_bytes(bytes(64 * 64 * 4))
+    (tmp_path / "model" / "a_folder").mkdir()
+    os.mkfifo(tmp_path / "model" / "a_pipe")
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["N", 64])], [("y", None)],
+              [const("w", (64, 64))])
+    w = m.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    onnx.save(m, str(tmp_path / "model" / "m.onnx"))
+    with pytest.raises(GraphError, match=f"initializer 'w'.*{why}"):
+        extract(tmp_path / "model" / "m.onnx", batch=2)
+    (tmp_path / "model" / "w.bin").write_bytes(bytes(64 * 64 * 4))
+    w.external_data[0].value = "a_folder/../w.bin"
+    onnx.save(m, str(tmp_path / "model" / "back.onnx"))
+    assert extract(tmp_path / "model" / "back.onnx", batch=2).info["external_weight_share"] == 1.0
+
+
+def test_an_opset_newer_than_onnx_knows_is_a_typed_error():
+    """onnxruntime refuses a model stamped with an opset it does not know;
+    so does extraction, naming the domain, instead of costing its ops with
+    the rules of an older opset. The newest known opset is accepted."""
+    newest = onnx.defs.onnx_opset_version()
+    assert extract(single_op("Relu", ["N", 4], opset=newest), batch=2).x.shape[0] == 1
+    with pytest.raises(GraphError, match=f"opset {newest + 1} of domain 'ai.onnx'"):
+        extract(single_op("Relu", ["N", 4], opset=newest + 1), batch=2)
+    ml = single_op("Relu", ["N", 4])
+    ml.opset_import.add(domain="ai.onnx.ml", version=onnx.defs.onnx_ml_opset_version() + 1)
+    with pytest.raises(GraphError, match="of domain 'ai.onnx.ml'"):
+        extract(ml, batch=2)
+
+
 def test_empty_quantized_weights_are_no_division_by_zero():
     """Fuzz seed 17 case 5878: a float32 model whose only weight is an empty
     int8 tensor (the quantized share divided 0 by 0: an internal error)."""

@@ -262,8 +262,10 @@ def test_profile_adds_env_and_checks_user_errors(models):
     assert env["onnxruntime_version"] and env["timestamp_utc"].endswith("+00:00")
     with pytest.raises(DeviceError, match="unknown provider 'tpu'"):
         profile(models["tiny"], "tpu", batch=2)
-    with pytest.raises(ModelLoadError, match="does not exist"):
+    with pytest.raises(ModelLoadError, match="no such file"):
         profile(models["tiny"] + ".missing", "cpu", batch=2)
+    with pytest.raises(ModelLoadError, match="not a regular file"):  # never read (it never ends)
+        profile("/dev/zero", "cpu", batch=2)
     with pytest.raises(ShapeError, match="input 'x' dim 0"):
         profile(models["tiny"], "cpu")
 

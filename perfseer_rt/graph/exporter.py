@@ -19,10 +19,13 @@ embedding rows) stay out of memory.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import onnx
 
+from perfseer_rt.errors import GraphError
 from perfseer_rt.graph import dtypes
 
 TORCH_DYNAMO = "torch-dynamo"
@@ -61,34 +64,63 @@ def fixed_input_shapes(inputs: list[onnx.ValueInfoProto]) -> bool:
     return True
 
 
-def external_weight_share(proto: onnx.ModelProto, model_path: Path | None) -> float:
+def external_weight_share(proto: onnx.ModelProto, model_path: Path | None,
+                          name: str = "model") -> float:
     """The share of the initializers' bytes stored in external data files
     that exist beside the model file ``model_path`` (None, or not a file, as
     for a model given as bytes: 0.0; the file system is asked only when an
     initializer is external). A structure-only model, whose external files
     are absent, has 0.0: it stands for the model, however stored. Element
-    types are validated before (unknown ones count 0 bytes here)."""
-    if model_path is None:
-        return 0.0
-    model_dir: Path | None = None
+    types are validated before (unknown ones count 0 bytes here).
+
+    A location onnxruntime refuses is a :class:`GraphError` naming the model
+    ``name``: none, an absolute path, a path out of the model's folder, or
+    something there that is not a regular file (a folder, pipe or device,
+    which is never opened here)."""
+    model_dir = model_path.parent if model_path is not None and model_path.is_file() else None
     found: dict[str, bool] = {}
     external = 0.0
     for t in proto.graph.initializer:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        if model_dir is None:
-            if not model_path.is_file():
-                return 0.0
-            model_dir = model_path.parent
         location = next((e.value for e in t.external_data if e.key == "location"), "")
         exists = found.get(location)
         if exists is None:
-            exists = found[location] = bool(location) and (model_dir / location).is_file()
+            exists = found[location] = _external_file(location, model_dir,
+                                                      f"{name}: initializer {t.name!r}")
         if exists:
             external += _nbytes(t)
     if not external:
         return 0.0
     return external / sum(_nbytes(t) for t in proto.graph.initializer)
+
+
+def _external_file(location: str, model_dir: Path | None, where: str) -> bool:
+    """Whether the external data file ``location`` is there (a regular file
+    in ``model_dir``; False where it is absent, or the model has no folder);
+    a GraphError (prefixed ``where``) where onnxruntime refuses the location."""
+    if not location:
+        raise GraphError(f"{where} is stored as external data but names no file; onnxruntime "
+                         "refuses such a model")
+    if os.path.isabs(location):
+        raise GraphError(f"{where} names its external data file by an absolute path "
+                         f"({location[:200]!r}); onnxruntime reads external data only from the "
+                         "model's folder")
+    if model_dir is None:
+        return False
+    try:
+        path = model_dir / location
+        inside = os.path.realpath(model_dir)
+        if os.path.commonpath([inside, os.path.realpath(path)]) != inside:
+            raise GraphError(f"{where}: its external data file {location[:200]!r} lies outside "
+                             "the model's folder; onnxruntime refuses such a model")
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # absent, or a name no file can have (NUL, too long)
+        return False
+    if not stat.S_ISREG(mode):
+        raise GraphError(f"{where}: its external data {location[:200]!r} is not a regular file "
+                         "(a folder, pipe or device); onnxruntime refuses such a model")
+    return True
 
 
 def _nbytes(t: onnx.TensorProto) -> float:

@@ -310,6 +310,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
+    _check_opsets(proto, name)
     if akeys is None:
         akeys = attribute_keys(table)
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
@@ -386,6 +387,22 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
 
 
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
+#: The newest opset of each ONNX domain the installed onnx knows.
+_NEWEST_OPSETS = {"": onnx.defs.onnx_opset_version(), "ai.onnx": onnx.defs.onnx_opset_version(),
+                  "ai.onnx.ml": onnx.defs.onnx_ml_opset_version()}
+
+
+def _check_opsets(proto: onnx.ModelProto, name: str) -> None:
+    """No ONNX domain stamped with an opset newer than onnx knows:
+    onnxruntime refuses such a model (an opset it does not know is "under
+    development"), and neither onnx's schemas nor our rules describe its ops."""
+    for imp in proto.opset_import:
+        newest = _NEWEST_OPSETS.get(imp.domain)
+        if newest is not None and imp.version > newest:
+            raise GraphError(f"{name}: the model is stamped with opset {imp.version} of domain "
+                             f"{imp.domain or 'ai.onnx'!r}, newer than the newest onnx "
+                             f"{onnx.__version__} knows ({newest}); onnxruntime refuses opsets it "
+                             "does not know")
 #: The subgraphs a control-flow node must hold.
 _BODIES = {"If": frozenset({"then_branch", "else_branch"}), "Loop": frozenset({"body"}),
            "Scan": frozenset({"body"})}
@@ -501,7 +518,7 @@ class _Structure:
         self.exporter = exporter(proto)
         self.fixed_shapes = fixed_input_shapes([vi for vi in inputs if vi.name not in self.weights])
         # a file's name is its path ("<bytes>", "<ModelProto>" otherwise: no such file)
-        self.external_share = external_weight_share(proto, Path(name))
+        self.external_share = external_weight_share(proto, Path(name), name)
         self.folded = set(range(len(self.table))) - set(self.kept)
 
     def propagate(self, inputs: dict[str, tuple[int, ...]], deadline: Deadline

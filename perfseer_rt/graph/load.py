@@ -15,6 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from perfseer_rt.errors import ModelLoadError
+from perfseer_rt.model_file import check_model_file
 
 #: What extraction accepts as a model.
 ModelSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | onnx.ModelProto"
@@ -24,8 +25,9 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     """Parse ``source`` into a ModelProto; returns it with a display name.
 
     Raises:
-        ModelLoadError: missing file, a directory, a file that is not ONNX,
-            or a truncated/corrupt ONNX file.
+        ModelLoadError: missing file, a directory, something that is not a
+            regular file (a pipe, a device), a file that is not ONNX, or a
+            truncated/corrupt ONNX file.
     """
     if isinstance(source, onnx.ModelProto):
         _check_model(source, "<ModelProto>")
@@ -34,10 +36,7 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
         return _parse(bytes(source), "<bytes>"), "<bytes>"
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.exists():
-            raise ModelLoadError(f"{path}: no such file")
-        if path.is_dir():
-            raise ModelLoadError(f"{path}: is a directory, expected an .onnx file")
+        check_model_file(path)
         try:
             data = path.read_bytes()
         except OSError as exc:

@@ -16,9 +16,10 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 
-from perfseer_rt.errors import DeviceError, ModelLoadError, ShapeError
+from perfseer_rt.errors import DeviceError, ShapeError
 from perfseer_rt.graph import resolve_input_shapes
 from perfseer_rt.graph.switches import named_switches
+from perfseer_rt.model_file import check_model_file
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.nvml import Device
 from perfseer_rt.profile.session import check_provider_available, provider_name
@@ -95,7 +96,7 @@ def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
     Raises:
         DeviceError: unknown provider, provider missing from this onnxruntime,
             no GPU, or a CUDA session that fell back to the CPU.
-        ModelLoadError: the model file does not exist.
+        ModelLoadError: no model file there (or not a regular file).
         ShapeError: a dynamic input dim nothing resolves.
     """
     name = provider_name(provider)
@@ -113,8 +114,7 @@ def profile(model: str | os.PathLike[str] | bytes, provider: str = "cpu", *,
             path = tmp
         else:
             path = os.fspath(model)
-            if not os.path.isfile(path):
-                raise ModelLoadError(f"model file {path!r} does not exist")
+            check_model_file(path)
         if dims:
             _check_switches(path, dims)
             input_shapes = resolve_input_shapes(

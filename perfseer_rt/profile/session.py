@@ -18,7 +18,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfseer_rt.errors import DeviceError, ModelLoadError
+from perfseer_rt.errors import DeviceError
+from perfseer_rt.model_file import check_model_file
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -147,15 +148,15 @@ def build_session(model: str | os.PathLike[str] | bytes, provider: str = "cpu", 
     Raises:
         DeviceError: unknown or unavailable provider, or (strict) a CUDA
             session that fell back to the CPU.
-        ModelLoadError: the model file is missing.
+        ModelLoadError: no model file there (or not a regular file).
         Exception: onnxruntime's own error when the model cannot be loaded
             (callers record it as a failed run).
     """
     import onnxruntime as ort  # deliberately lazy: onnxruntime is optional for graph-only use (perfseer_rt.install)
 
     name = check_provider_available(provider)
-    if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model):
-        raise ModelLoadError(f"model file {os.fspath(model)!r} does not exist")
+    if isinstance(model, (str, os.PathLike)):
+        check_model_file(model)
     so = ort.SessionOptions()
     so.log_severity_level = log_severity
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
