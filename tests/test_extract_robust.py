@@ -568,6 +568,32 @@ def test_external_data_onnxruntime_refuses_is_a_typed_error(tmp_path, location, 
     assert extract(tmp_path / "model" / "back.onnx", batch=2).info["external_weight_share"] == 1.0
 
 
+def test_the_default_domain_spelled_ai_onnx_is_the_default_domain():
+    """ONNX lets a file name the default domain "ai.onnx" (nodes and opset
+    import); onnxruntime runs such a model as the usual spelling, and
+    extraction gave its Conv and Relu no cost rule (a third of the FLOPs).
+    Every array is now equal to the usual spelling's."""
+    def conv_relu(domain):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], domain=domain),
+                 helper.make_node("Relu", ["c"], ["y"], domain=domain)]
+        m = model(nodes, [("x", ["N", 3, 32, 32])], [("y", None)], [const("w", (8, 3, 3, 3))])
+        m.opset_import[0].domain = domain
+        return m
+    usual, spelled = extract(conv_relu(""), batch=2), extract(conv_relu("ai.onnx"), batch=2)
+    assert not spelled.warnings
+    for a in ("x", "edge_attr", "edge_index", "u"):
+        np.testing.assert_array_equal(getattr(spelled, a), getattr(usual, a))
+
+
+def test_a_node_without_op_type_is_a_typed_error():
+    """onnxruntime refuses a node whose op_type is empty; extraction had
+    guessed it shaped like its input."""
+    m = model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("", ["r"], ["y"], name="blank")],
+              [("x", ["N", 4])], [("y", None)])
+    with pytest.raises(GraphError, match="node 'blank' has no op type"):
+        extract(m, batch=2)
+
+
 def test_an_opset_newer_than_onnx_knows_is_a_typed_error():
     """onnxruntime refuses a model stamped with an opset it does not know;
     so does extraction, naming the domain, instead of costing its ops with

@@ -310,6 +310,10 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
     _check_names(g, name, table)
+    if not all(map(itemgetter(OP), table)):
+        row = next(r for r in table if not r[OP])
+        raise GraphError(f"{name}: node {row[NAME] or row[OUTS][:1]!r} has no op type; onnxruntime "
+                         "refuses such a node")
     _check_opsets(proto, name)
     if akeys is None:
         akeys = attribute_keys(table)
