@@ -585,6 +585,32 @@ def test_the_default_domain_spelled_ai_onnx_is_the_default_domain():
         np.testing.assert_array_equal(getattr(spelled, a), getattr(usual, a))
 
 
+@pytest.mark.parametrize("op, opset, n_scale", [("GroupNormalization", 18, 2),
+                                                  ("GroupNormalization", 21, 4),
+                                                  ("MeanVarianceNormalization", 13, 0)])
+@pytest.mark.parametrize("local_function", [False, True])
+def test_normalizations_onnx_does_not_shape_are_shaped_like_their_input(op, opset, n_scale,
+                                                                       local_function):
+    """onnx's schemas of GroupNormalization (diffusion UNets) and
+    MeanVarianceNormalization have no shape inference: both failed to
+    extract ("could not be inferred"). Their outputs are shaped like their
+    input, as onnxruntime runs them, in the Python pass and (with an unused
+    model-local function, which that pass leaves to onnx) in onnx's."""
+    extra = ["sc", "b"] if n_scale else []
+    attrs = {"num_groups": 2} if n_scale else {}
+    m = model([helper.make_node(op, ["x", *extra], ["n"], **attrs), helper.make_node("Relu", ["n"], ["y"])],
+              [("x", [2, 4, 3, 5])], [("y", None)], [const(e, (n_scale,)) for e in extra], opset=opset)
+    if local_function:
+        m.opset_import.add(domain="local", version=1)
+        m.functions.append(helper.make_function("local", "Unused", ["a"], ["c"],
+                                                [helper.make_node("Relu", ["a"], ["c"])],
+                                                [helper.make_opsetid("", opset)]))
+    g = extract(m)
+    want = run_shapes(m, {"x": np.ones((2, 4, 3, 5), np.float32)})
+    assert dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))["n"] == want["n"] == (2, 4, 3, 5)
+    assert not g.unknown_ops and not g.warnings[1:]  # at most the fixed-shapes warning
+
+
 def test_a_node_without_op_type_is_a_typed_error():
     """onnxruntime refuses a node whose op_type is empty; extraction had
     guessed it shaped like its input."""

@@ -1160,6 +1160,8 @@ class _Completion:
                 return routed
         if op == "Dropout":
             return _dropout_types(in_types, len(node.output), _default_opset(self.proto) or 1)
+        if op in _NO_ONNX_INFERENCE and in_types and in_types[0] is not None:
+            return [in_types[0]]
         if op == "Reshape" and len(ins) == 1 and in_types[0] is not None:
             # Reshape-1 (opsets 1-4) takes its target as an attribute, which onnx does not read
             target = read_attrs(node.attribute)[0].get("shape")
@@ -1344,6 +1346,12 @@ def _unread_outputs(names: Iterable[str], proto: onnx.ModelProto, table: list[Ro
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                     read.update(_free_tensors(sub))
     return [t for t in found if t not in read]
+
+
+#: Default-domain ops whose onnx schemas have no shape inference (a function
+#: only; ``OpSchema.has_type_and_shape_inference_function``): their output is
+#: shaped and typed like their first input.
+_NO_ONNX_INFERENCE = frozenset({"GroupNormalization", "MeanVarianceNormalization"})
 
 
 def _default_opset(proto: onnx.ModelProto) -> int | None:

@@ -686,6 +686,8 @@ RULES: dict[str, tuple[Rule, int]] = {
     "Squeeze": (_squeeze, 13), "Expand": (_expand, 8), "Tile": (_tile, 13),
     "Shape": (_shape, 1), "Size": (_size, 1), "ConstantOfShape": (_constant_of_shape, 9),
     "Range": (_range, 11),
+    # onnx's schemas give these no shape inference (their functions only): as their input
+    "GroupNormalization": (_same, 18), "MeanVarianceNormalization": (_same, 9),
 }
 
 
