@@ -371,7 +371,10 @@ def test_cli_dim_option_and_typed_errors_exit_2(tmp_path):
     ok = runner.invoke(main, ["inspect", str(p), "--batch", "2", "--dim", "S=16"])
     assert ok.exit_code == 0 and "ids 2x16" in ok.output
     for args, msg in ((["--dim", "S"], "expected NAME=VALUE"), (["--dim", "S=-2"], "NAME=VALUE"),
-                      (["--batch", "70000", "--dim", "S=1"], "outside the supported range")):
+                      (["--batch", "70000", "--dim", "S=1"], "outside the supported range"),
+                      (["--dim", "S=16", "--dim", "S=8"], "--dim S given twice with different values"),
+                      (["--input", "ids:2x16", "--input", "ids:2x8"],
+                       "--input ids given twice with different shapes (2x16 and 2x8)")):
         res = runner.invoke(main, ["extract", str(p), "--json", *args])
         assert res.exit_code == 2, res.output
         assert msg in res.output and "Traceback" not in res.output

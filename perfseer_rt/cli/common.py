@@ -26,6 +26,9 @@ def parse_input_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             raise PerfSeerError(
                 f"--input {value!r}: expected NAME:D1xD2x... with positive integer "
                 "dims, e.g. --input pixel_values:1x3x224x224") from None
+        if shapes.get(name, shape) != shape:
+            raise PerfSeerError(f"--input {name} given twice with different shapes "
+                                f"({'x'.join(map(str, shapes[name]))} and {dims})")
         shapes[name] = shape
     return shapes
 
@@ -35,15 +38,20 @@ def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
     dims: dict[str, int] = {}
     for value in values:
         name, sep, num = value.partition("=")
+        name = name.strip()
         try:
-            if not sep or not name.strip():
+            if not sep or not name:
                 raise ValueError
-            dims[name.strip()] = int(num)
-            if dims[name.strip()] < 0:
+            size = int(num)
+            if size < 0:
                 raise ValueError
         except ValueError:
             raise PerfSeerError(f"--dim {value!r}: expected NAME=VALUE with a non-negative "
                                 "integer, e.g. --dim seq=128") from None
+        if dims.get(name, size) != size:
+            raise PerfSeerError(f"--dim {name} given twice with different values "
+                                f"({dims[name]} and {size})")
+        dims[name] = size
     return dims
 
 
