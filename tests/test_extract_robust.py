@@ -408,11 +408,15 @@ def test_structure_only_export_with_weights_as_inputs_matches_initializers():
 
 def _long_bias_model() -> onnx.ModelProto:
     """Fuzz seed 1 case 3858, reduced: a 2^31-long 1-D bias without data
-    added to a tensor whose shape onnx cannot infer."""
+    added to a tensor whose shape onnx cannot infer (the fuzz case's
+    MatMul read a tensor nothing defines, now refused before inference: a
+    data-dependent NonZero stands in for it)."""
     bias = TensorProto(name="bias", data_type=TensorProto.FLOAT, dims=[2**31 - 1],
                        data_location=TensorProto.EXTERNAL)
     bias.external_data.add(key="location", value="absent.bin")
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["nowhere"], to=TensorProto.FLOAT),
              helper.make_node("MatMul", ["nowhere", "r"], ["mm"]),
              helper.make_node("Add", ["bias", "mm"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -612,6 +616,29 @@ def test_normalizations_onnx_does_not_shape_are_shaped_like_their_input(op, opse
     want = run_shapes(m, {"x": np.ones((2, 4, 3, 5), np.float32)})
     assert dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))["n"] == want["n"] == (2, 4, 3, 5)
     assert not g.unknown_ops and not g.warnings[1:]  # at most the fixed-shapes warning
+
+
+def test_tensors_nothing_defines_are_typed_errors_naming_them():
+    """onnxruntime refuses a model whose node reads, or whose graph
+    outputs, a tensor that no node, graph input or initializer defines, and
+    one that declares a graph input twice. Extraction had taken the first
+    for a shape it could not infer (advising --input) and not seen the
+    others; each is now one GraphError naming the tensor. A subgraph may
+    read its outer graph's tensors (the If test elsewhere)."""
+    conv = helper.make_node("Conv", ["x", "w"], ["c"])
+    cases = {
+        "reads": ([conv, helper.make_node("Add", ["c", "nowhere"], ["y"], name="add")], ["y"], 1,
+                  "node 'add' reads 'nowhere', which no node"),
+        "outputs": ([conv, helper.make_node("Relu", ["c"], ["y"])], ["y", "ghost"], 1,
+                    "graph output 'ghost' is defined by no node"),
+        "inputs twice": ([conv, helper.make_node("Relu", ["c"], ["y"])], ["y"], 2,
+                         "graph input 'x' is declared twice"),
+    }
+    for nodes, outs, n_inputs, msg in cases.values():
+        m = model(nodes, [("x", ["N", 3, 8, 8])] * n_inputs, [(o, None) for o in outs],
+                  [const("w", (4, 3, 3, 3))])
+        with pytest.raises(GraphError, match=msg):
+            extract(m, batch=2)
 
 
 def test_a_node_without_op_type_is_a_typed_error():

@@ -350,6 +350,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                                  f"attribute {extra!r}; onnxruntime refuses such a node")
     inits = {t.name for t in g.initializer}
     _check_single_definitions(g, name, table, inits)
+    _check_references(g, name, table, inits)
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
@@ -434,6 +435,37 @@ def _check_single_definitions(g: onnx.GraphProto, name: str, table: list[Row],
     if twice is not None:
         raise GraphError(f"{name}: tensor {twice!r} is defined twice (by a node and by another "
                          "node, an initializer or a graph input); onnxruntime refuses such a model")
+
+
+def _check_references(g: onnx.GraphProto, name: str, table: list[Row], inits: set[str]) -> None:
+    """Every tensor a node reads, and every graph output, is defined: by a
+    node, a graph input or an initializer (onnxruntime refuses a model that
+    reads or outputs a tensor nothing defines; extraction had failed on the
+    first as a shape it could not infer, and not seen the second). Nodes'
+    subgraphs may read the outer graph's tensors: they are not looked into.
+    Graph inputs are named once (a second is a "duplicate definition")."""
+    inputs = [vi.name for vi in g.input]
+    defined = set(inputs)
+    if len(defined) != len(inputs):
+        twice = next(n for i, n in enumerate(inputs) if n in inputs[:i])
+        raise GraphError(f"{name}: graph input {twice!r} is declared twice; onnxruntime refuses "
+                         "such a model")
+    defined |= inits
+    defined.update(chain.from_iterable(map(itemgetter(OUTS), table)))
+    defined.add("")  # an optional input left out
+    outputs = [vi.name for vi in g.output]
+    if defined.issuperset(chain.from_iterable(map(itemgetter(INS), table))) \
+            and defined.issuperset(outputs):
+        return
+    for row in table:
+        missing = next((i for i in row[INS] if i not in defined), None)
+        if missing is not None:
+            raise GraphError(f"{name}: node {row[NAME] or row[OP]!r} reads {missing!r}, which no "
+                             "node, graph input or initializer defines; onnxruntime refuses such "
+                             "a model")
+    missing = next(o for o in outputs if o not in defined)
+    raise GraphError(f"{name}: graph output {missing!r} is defined by no node, graph input or "
+                     "initializer; onnxruntime refuses such a model")
 
 
 def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
