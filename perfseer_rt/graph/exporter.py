@@ -73,16 +73,22 @@ def external_weight_share(proto: onnx.ModelProto, model_path: Path | None,
     are absent, has 0.0: it stands for the model, however stored. Element
     types are validated before (unknown ones count 0 bytes here).
 
-    A location onnxruntime refuses is a :class:`GraphError` naming the model
-    ``name``: none, an absolute path, a path out of the model's folder, or
-    something there that is not a regular file (a folder, pipe or device,
-    which is never opened here)."""
-    model_dir = model_path.parent if model_path is not None and model_path.is_file() else None
+    For a model file, a location onnxruntime refuses is a
+    :class:`GraphError` naming the model ``name``: none, an absolute path, a
+    path out of the model's folder, or something there that is not a
+    regular file (a folder, pipe or device, which is never opened here)."""
+    if model_path is None:
+        return 0.0
+    model_dir: Path | None = None
     found: dict[str, bool] = {}
     external = 0.0
     for t in proto.graph.initializer:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        if model_dir is None:
+            if not model_path.is_file():  # bytes: onnxruntime could not find the data either
+                return 0.0
+            model_dir = model_path.parent
         location = next((e.value for e in t.external_data if e.key == "location"), "")
         exists = found.get(location)
         if exists is None:
@@ -95,10 +101,10 @@ def external_weight_share(proto: onnx.ModelProto, model_path: Path | None,
     return external / sum(_nbytes(t) for t in proto.graph.initializer)
 
 
-def _external_file(location: str, model_dir: Path | None, where: str) -> bool:
+def _external_file(location: str, model_dir: Path, where: str) -> bool:
     """Whether the external data file ``location`` is there (a regular file
-    in ``model_dir``; False where it is absent, or the model has no folder);
-    a GraphError (prefixed ``where``) where onnxruntime refuses the location."""
+    in ``model_dir``; False where it is absent); a GraphError (prefixed
+    ``where``) where onnxruntime refuses the location."""
     if not location:
         raise GraphError(f"{where} is stored as external data but names no file; onnxruntime "
                          "refuses such a model")
@@ -106,8 +112,6 @@ def _external_file(location: str, model_dir: Path | None, where: str) -> bool:
         raise GraphError(f"{where} names its external data file by an absolute path "
                          f"({location[:200]!r}); onnxruntime reads external data only from the "
                          "model's folder")
-    if model_dir is None:
-        return False
     try:
         path = model_dir / location
         inside = os.path.realpath(model_dir)

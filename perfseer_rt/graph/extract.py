@@ -349,8 +349,11 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                 raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
                                  f"attribute {extra!r}; onnxruntime refuses such a node")
     inits = {t.name for t in g.initializer}
-    _check_single_definitions(g, name, table, inits)
-    _check_references(g, name, table, inits)
+    made = _check_single_definitions(g, name, table, inits)
+    if name != _SUBGRAPH:  # a subgraph may read its outer graph's tensors
+        made |= inits  # the set is the function's own
+        made.update(s.values.name for s in g.sparse_initializer)
+        _check_references(g, name, table, made)
     for vi in g.input:
         if vi.name not in inits and vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
@@ -392,6 +395,8 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
 
 
 _INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
+#: The name a subgraph extracted as a model of its own goes by.
+_SUBGRAPH = "<subgraph>"
 #: The newest opset of each ONNX domain the installed onnx knows.
 _NEWEST_OPSETS = {"": onnx.defs.onnx_opset_version(), "ai.onnx": onnx.defs.onnx_opset_version(),
                   "ai.onnx.ml": onnx.defs.onnx_ml_opset_version()}
@@ -414,11 +419,12 @@ _BODIES = {"If": frozenset({"then_branch", "else_branch"}), "Loop": frozenset({"
 
 
 def _check_single_definitions(g: onnx.GraphProto, name: str, table: list[Row],
-                              inits: set[str]) -> None:
+                              inits: set[str]) -> set[str]:
     """Every node output is defined once: by no other node, initializer or
     graph input (onnxruntime refuses a "duplicate definition"; onnx's
     inference then mixes the two, and a weight taken for a shape vector made
-    its data propagation take 2.5 GB on a fuzzed detector)."""
+    its data propagation take 2.5 GB on a fuzzed detector). Returns the
+    tensors the nodes define."""
     outs = [o for row in table for o in row[OUTS] if o]
     made = set(outs)
     twice: str | None = None
@@ -435,23 +441,25 @@ def _check_single_definitions(g: onnx.GraphProto, name: str, table: list[Row],
     if twice is not None:
         raise GraphError(f"{name}: tensor {twice!r} is defined twice (by a node and by another "
                          "node, an initializer or a graph input); onnxruntime refuses such a model")
+    return made
 
 
-def _check_references(g: onnx.GraphProto, name: str, table: list[Row], inits: set[str]) -> None:
-    """Every tensor a node reads, and every graph output, is defined: by a
-    node, a graph input or an initializer (onnxruntime refuses a model that
-    reads or outputs a tensor nothing defines; extraction had failed on the
-    first as a shape it could not infer, and not seen the second). Nodes'
-    subgraphs may read the outer graph's tensors: they are not looked into.
-    Graph inputs are named once (a second is a "duplicate definition")."""
+def _check_references(g: onnx.GraphProto, name: str, table: list[Row], defined: set[str]
+                      ) -> None:
+    """Every tensor a node reads, and every graph output, is ``defined`` (by
+    a node or an initializer; the set is extended here) or a graph input
+    (onnxruntime refuses a model that reads or outputs a tensor nothing
+    defines; extraction had failed on the first as a shape it could not
+    infer, and not seen the second). Nodes' subgraphs may read the outer
+    graph's tensors: they are not looked into. Graph inputs are named once
+    (a second is a "duplicate definition")."""
     inputs = [vi.name for vi in g.input]
-    defined = set(inputs)
-    if len(defined) != len(inputs):
+    declared = set(inputs)
+    if len(declared) != len(inputs):
         twice = next(n for i, n in enumerate(inputs) if n in inputs[:i])
         raise GraphError(f"{name}: graph input {twice!r} is declared twice; onnxruntime refuses "
                          "such a model")
-    defined |= inits
-    defined.update(chain.from_iterable(map(itemgetter(OUTS), table)))
+    defined.update(declared)
     defined.add("")  # an optional input left out
     outputs = [vi.name for vi in g.output]
     if defined.issuperset(chain.from_iterable(map(itemgetter(INS), table))) \
@@ -1350,7 +1358,7 @@ class _Completion:
         if sub is None or depth + 1 >= MAX_SUBGRAPH_DEPTH:
             return None
         try:
-            st = _Structure(sub, "<subgraph>", max_nodes)
+            st = _Structure(sub, _SUBGRAPH, max_nodes)
             inputs, _ = st.resolve(None, None, None, self.deadline)
             found, _, completion = _resolve_shapes(st, inputs, {vi.name for vi in body.output},
                                                    self.deadline, depth + 1)
@@ -1701,7 +1709,7 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
     sub = _subgraph_model(body, actual, proto, shapes, complete=False, values=values)
     assert sub is not None  # noqa: S101 - complete=False always builds one
     try:
-        st = _Structure(sub, "<subgraph>", max_nodes)
+        st = _Structure(sub, _SUBGRAPH, max_nodes)
         if not st.kept:  # constants only (an If's empty branch): no work
             return 0.0
         return float(_extract_shaped(st, None, None, None, deadline, depth + 1
@@ -1906,7 +1914,7 @@ def _branch_output_types(branch: onnx.GraphProto | None, proto: onnx.ModelProto,
     if depth + 1 >= MAX_SUBGRAPH_DEPTH:
         return declared
     try:
-        st = _Structure(sub, "<subgraph>", max_nodes)
+        st = _Structure(sub, _SUBGRAPH, max_nodes)
         inputs, _ = st.resolve(None, None, None, deadline)
         wanted = {vi.name for vi in branch.output}
         found, _, completion = _resolve_shapes(st, inputs, wanted, deadline, depth + 1)
