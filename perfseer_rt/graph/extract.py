@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import numpy as np
 import onnx
@@ -309,7 +309,8 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     if n > max_nodes:
         raise LimitError(f"{name}: more than {max_nodes:,} nodes (node cap); pass a larger "
                          "max_nodes if the model is really this large")
-    _check_names(g, name, table)
+    top = name != _SUBGRAPH  # a subgraph may read its outer graph's tensors
+    _check_names(g, name, table, tensors=not top)
     if not all(map(itemgetter(OP), table)):
         row = next(r for r in table if not r[OP])
         raise GraphError(f"{name}: node {row[NAME] or row[OUTS][:1]!r} has no op type; onnxruntime "
@@ -350,7 +351,11 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                                  f"attribute {extra!r}; onnxruntime refuses such a node")
     inits = {t.name for t in g.initializer}
     made = _check_single_definitions(g, name, table, inits)
-    if name != _SUBGRAPH:  # a subgraph may read its outer graph's tensors
+    if top:  # every node output is in made, every input in it or named below
+        try:
+            "".join(made)
+        except TypeError:
+            _bad_name(g, name)
         made |= inits  # the set is the function's own
         made.update(s.values.name for s in g.sparse_initializer)
         _check_references(g, name, table, made)
@@ -467,6 +472,8 @@ def _check_references(g: onnx.GraphProto, name: str, table: list[Row], defined: 
         return
     for row in table:
         missing = next((i for i in row[INS] if i not in defined), None)
+        if isinstance(missing, bytes):
+            _bad_name(g, name)
         if missing is not None:
             raise GraphError(f"{name}: node {row[NAME] or row[OP]!r} reads {missing!r}, which no "
                              "node, graph input or initializer defines; onnxruntime refuses such "
@@ -476,14 +483,16 @@ def _check_references(g: onnx.GraphProto, name: str, table: list[Row], defined: 
                      "initializer; onnxruntime refuses such a model")
 
 
-def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
+def _check_names(g: onnx.GraphProto, name: str, table: list[Row], tensors: bool = True) -> None:
     """Every name is text: protobuf hands a string field that is not valid
-    UTF-8 back as bytes, which no later step could compare or print."""
+    UTF-8 back as bytes, which no later step could compare or print. With
+    ``tensors`` False the nodes' input and output names are left to the
+    caller (:func:`_validate` checks the set of them, which is smaller)."""
     join = "".join  # fails on the first bytes object, at C speed
     try:
         for col in (OP, NAME, DOMAIN):
             join(map(itemgetter(col), table))
-        for col in (INS, OUTS):
+        for col in ((INS, OUTS) if tensors else ()):
             join(chain.from_iterable(map(itemgetter(col), table)))
         for col in (ATTRS, TENSORS):  # attribute names: the keys of these dicts
             join(chain.from_iterable(map(itemgetter(col), table)))
@@ -493,7 +502,11 @@ def _check_names(g: onnx.GraphProto, name: str, table: list[Row]) -> None:
         join([t.values.name for t in g.sparse_initializer])
         return
     except TypeError:
-        pass
+        _bad_name(g, name)
+
+
+def _bad_name(g: onnx.GraphProto, name: str) -> NoReturn:
+    """The GraphError naming the first name in ``g`` that is not valid UTF-8."""
     texts: list[str | bytes] = []
     for n in g.node:  # read again, in the order of the fields (an error path)
         texts += (n.name, n.op_type, n.domain)
