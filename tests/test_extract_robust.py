@@ -641,6 +641,27 @@ def test_tensors_nothing_defines_are_typed_errors_naming_them():
             extract(m, batch=2)
 
 
+@pytest.mark.parametrize("w_shape, attrs, msg", [
+    ((8, 4, 3, 3), {"group": 3}, "input has 4 channels where its weight, 8 filters of 4 channels in 3"),
+    ((8, 5, 3, 3), {}, "input has 4 channels where its weight, 8 filters of 5 channels in 1"),
+    ((8, 4, 3, 3), {"kernel_shape": [5, 5]}, r"kernel_shape \[5, 5\] is not its weight's \[3, 3\]"),
+    ((8, 4, 9, 9), {}, r"output would be \[2, 8, 0, 0\]")])
+def test_a_conv_its_input_does_not_fit_is_a_shape_error(w_shape, attrs, msg):
+    """onnx's shape inference lets a Conv through whose input channels are
+    not its weight's times its groups, whose kernel_shape is not its
+    weight's, or whose output has no pixels; onnxruntime refuses each when
+    it runs, and extraction had costed them. Grouped and depthwise
+    convolutions that fit, and one with no filters (onnxruntime runs it),
+    extract."""
+    def conv(w, **kw):
+        return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", **kw)], [("x", ["N", 4, 8, 8])],
+                     [("y", None)], [const("w", w)])
+    with pytest.raises(ShapeError, match=f"node 'c1' \\(Conv\\): its {msg}"):
+        extract(conv(w_shape, **attrs), batch=2)
+    for w, kw in (((8, 2, 3, 3), {"group": 2}), ((4, 1, 3, 3), {"group": 4}), ((0, 4, 3, 3), {})):
+        extract(conv(w, **kw), batch=2)
+
+
 def test_a_node_without_op_type_is_a_typed_error():
     """onnxruntime refuses a node whose op_type is empty; extraction had
     guessed it shaped like its input."""

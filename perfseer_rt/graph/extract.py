@@ -854,7 +854,12 @@ def _extract_shaped(st: _Structure, batch: int | None, input_shapes: dict[str, S
                                                    max_nodes, deadline, depth, known_trips, chosen,
                                                    taken, producers)
         else:
-            cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
+            try:
+                cost, ruled = node_cost(op, ins, outs, rows[k][ATTRS])
+            except ShapeError as exc:  # a node its inputs' shapes do not fit
+                raise ShapeError(f"{name}: node {rows[k][NAME] or op!r} ({op}): {exc}; the model "
+                                 "is inconsistent at these input shapes (onnxruntime refuses such "
+                                 "a node)") from None
         compute = None
         typed = shapes.get(node_in[0]) if node_in and node_in[0] else None
         if typed is not None and typed[0] in compute_types:

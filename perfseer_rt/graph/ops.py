@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfseer_rt.errors import GraphError
+from perfseer_rt.errors import GraphError, ShapeError
 from perfseer_rt.graph import dtypes
 from perfseer_rt.graph.limits import MAX_SPATIAL_ATTR
 from perfseer_rt.graph.recurrent import recurrent_flops
@@ -272,6 +272,7 @@ def _conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
         cin_per_group = _t(w).shape[1]
         flops = 2 * out.elems * cin_per_group * math.prod(kernel)
         cin, cout = _t(x).shape[1], _t(w).shape[0]
+        _check_conv(cin, cout, cin_per_group, groups, kernel, attrs, out.shape)
     else:  # ConvTranspose: weight is (C_in, C_out / groups, k...)
         flops = 2 * _t(x).elems * _t(w).shape[1] * math.prod(kernel)
         cin, cout = _t(x).shape[1], _t(w).shape[1] * groups
@@ -280,6 +281,23 @@ def _conv(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     hp = _spatial_attrs(attrs, kernel)
     hp.update(groups=groups, has_bias=int(has_bias), in_channels=cin, out_channels=cout)
     return NodeCost(flops, hp)
+
+
+def _check_conv(cin: int, cout: int, cin_per_group: int, groups: int, kernel: tuple[int, ...],
+                attrs: Attrs, out_shape: tuple[int, ...]) -> None:
+    """A Conv whose input, weight and attributes disagree, which onnx's
+    shape inference lets through and onnxruntime refuses when it runs: a
+    ShapeError (the input shapes decide the input's channels)."""
+    if cin != cin_per_group * groups or cout % groups:
+        raise ShapeError(f"its input has {cin} channels where its weight, {cout} filters of "
+                         f"{cin_per_group} channels in {groups} group(s), takes "
+                         f"{cin_per_group * groups}")
+    given = attrs.get("kernel_shape")
+    if given is not None and tuple(given) != kernel:
+        raise ShapeError(f"its kernel_shape {list(given)} is not its weight's {list(kernel)}")
+    if any(d < 1 for d in out_shape[2:]):
+        raise ShapeError(f"its output would be {list(out_shape)}: the kernel is larger than the "
+                         "padded input")
 
 
 def _gemm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
