@@ -1633,16 +1633,25 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
         found = {k: _subgraph_flops(g, {}, proto, shapes, max_nodes, deadline, depth)
                  for k, g in bodies.items() if k in ("then_branch", "else_branch")}
         costs = {k: v for k, v in found.items() if v is not None}
-        if not found or len(costs) < len(found):
-            return NodeCost(0.0), False, f"{label}: a branch could not be costed"
+        if not costs:
+            return NodeCost(0.0), False, f"{label}: neither branch could be costed"
         heavy = max(costs, key=costs.__getitem__)
+        # a branch whose shapes do not follow at these input shapes would fail to run on them
+        # (silero-vad's 8 kHz branch given a 16 kHz frame): the other is the one that runs
+        only = len(costs) < len(found)
         if chosen is not None and node.output and node.output[0]:
             cond = node.input[0] if node.input else ""
             switch = next((vi for vi in proto.graph.input if vi.name == cond
                            and switch_shape(vi) is not None), None)
             hint = SWITCH_HINT.format(name=cond) if switch is not None else ""
             chosen[node.output[0]] = (heavy, float(costs[heavy]), repr(node.name or node.output[0]),
-                                      "its heavier branch", hint)
+                                      "the only branch that runs at these input shapes" if only
+                                      else "its heavier branch", hint)
+        if only:
+            other = next(k for k in found if k not in costs)
+            return NodeCost(costs[heavy]), True, (
+                f"{label}: its {other} could not be costed at these input shapes (it would not "
+                f"run on them); costed as its {heavy} ({costs[heavy]:.3g} FLOPs)")
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")
