@@ -217,6 +217,38 @@ def test_statically_quantized_cnn_shapes_match_onnxruntime(fmt, tmp_path):
     assert len(ours) >= 9 and ours == {t: ran[t] for t in ours}
 
 
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamically_quantized_lstm_is_shaped_and_costed_as_its_lstm(direction, tmp_path):
+    """onnxruntime's dynamic quantizer writes an LSTM as DynamicQuantizeLSTM
+    (int8 W and R, stored transposed): it had no shape rule, and its rank-4
+    output guessed rank 3 made the Transpose after it fail (ddddocr's
+    bundled OCR model). Its shapes now match onnxruntime's and it costs what
+    the float LSTM costs."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    dirs, hidden, width = (2 if direction == "bidirectional" else 1), 16, 8
+    nodes = [helper.make_node("LSTM", ["x", "w", "r", "b"], ["y", "yh", "yc"], hidden_size=hidden,
+                              direction=direction),
+             helper.make_node("Transpose", ["y"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Relu", ["t"], ["z"])]
+    rng = np.random.default_rng(0)
+    inits = [const(n, s, rng.random(s)) for n, s in (("w", (dirs, 4 * hidden, width)),
+                                                      ("r", (dirs, 4 * hidden, hidden)),
+                                                      ("b", (dirs, 8 * hidden)))]
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model(nodes, [("x", [7, "batch", width])], [("z", None)], inits, opset=17), src)
+    quantize_dynamic(str(src), str(dst), op_types_to_quantize=["LSTM"])
+    q = onnx.load(str(dst))
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in q.graph.node}
+    ran = run_shapes(q, {"x": np.zeros((7, 3, width), np.float32)})
+    g = extract(q, dims={"batch": 3})
+    ours = _edge_shapes(g)
+    assert g.unknown_ops == [] and ours["t"] == ran["t"] == (7, 3, dirs, hidden)
+    lstm = extract(src, dims={"batch": 3})
+    assert g.u[layout.GLOBAL_COLUMNS.index("flops_total")] == \
+        lstm.u[layout.GLOBAL_COLUMNS.index("flops_total")]
+
+
 def test_qattention_is_typed_as_attention_with_float_outputs():
     hidden, heads = 16, 2
     inits = [const("w", (8, 3 * hidden), np.ones((8, 3 * hidden)), dtype=np.uint8),

@@ -8,11 +8,11 @@ import time
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from perfseer_rt import extract
 from perfseer_rt.errors import GraphError, LimitError, PerfSeerError, ShapeError
-from perfseer_rt.graph import dtypes
+from perfseer_rt.graph import dtypes, layout
 from perfseer_rt.graph.extract import EXTERNAL_WEIGHTS_WARNING, FIXED_SHAPES_WARNING
 from perfseer_rt.graph.limits import MAX_BATCH
 from tests.contrib_models import run_shapes
@@ -660,6 +660,28 @@ def test_a_conv_its_input_does_not_fit_is_a_shape_error(w_shape, attrs, msg):
         extract(conv(w_shape, **attrs), batch=2)
     for w, kw in (((8, 2, 3, 3), {"group": 2}), ((4, 1, 3, 3), {"group": 4}), ((0, 4, 3, 3), {})):
         extract(conv(w, **kw), batch=2)
+
+
+def test_an_if_whose_other_branch_cannot_run_at_these_shapes_is_its_runnable_branch():
+    """silero-vad's ONNX file: an If on the sample rate holds the whole
+    model, one branch per rate, and only the 16 kHz branch follows from a
+    512-sample frame (the 8 kHz one reshapes it to 256). The If was costed
+    0 ("a branch could not be costed"); it is now the branch that runs, as
+    onnxruntime runs it with that branch taken."""
+    def branch(frame: int, tag: str) -> onnx.GraphProto:
+        nodes = [helper.make_node("Reshape", ["x", f"s{tag}"], [f"r{tag}"]),
+                 helper.make_node("MatMul", [f"r{tag}", "w"], [f"y{tag}"])]
+        shape = numpy_helper.from_array(np.array([-1, frame], np.int64), f"s{tag}")
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, None)],
+                                 [shape])
+    node = helper.make_node("If", ["is16k"], ["y"], then_branch=branch(512, "t"), else_branch=branch(256, "e"))
+    m = model([node, helper.make_node("Relu", ["y"], ["z"])], [("x", ["N", 512]), ("is16k", [], TensorProto.BOOL)],
+              [("z", None)], [const("w", (512, 64))])
+    g = extract(m, batch=2)
+    assert g.u[layout.GLOBAL_COLUMNS.index("flops_total")] >= 2 * 2 * 512 * 64
+    assert any("the only branch that runs at these input shapes (then_branch)" in w for w in g.warnings)
+    ran = run_shapes(m, {"x": np.ones((2, 512), np.float32), "is16k": np.array(True)})
+    assert dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))["y"] == ran["y"] == (2, 64)
 
 
 def test_a_node_without_op_type_is_a_typed_error():

@@ -89,6 +89,23 @@ def _quantized_matmul(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since:
     return None if out is None else [(elem, out)]
 
 
+def _quantized_lstm(ins: Types, val: ValueOf, attrs: Attrs, n_out: int, since: int) -> Result:
+    """DynamicQuantizeLSTM (onnxruntime's dynamic quantizer's LSTM): X
+    ``[seq, batch, I]``; LSTM's outputs Y ``[seq, directions, batch, H]``,
+    Y_h and Y_c ``[directions, batch, H]``."""
+    x = _x(ins, 0)
+    if x is None or len(x[1]) != 3:
+        return None
+    hidden = _int(attrs, "hidden_size")
+    direction = attrs.get("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None
+    dirs = 2 if direction == "bidirectional" else 1
+    seq, batch = x[1][0], x[1][1]
+    state = (x[0], (dirs, batch, hidden))
+    return [(x[0], (seq, dirs, batch, hidden)), state, state][:n_out]
+
+
 def _present(past: tuple[int, Shape] | None, new_len: int, axis: int) -> tuple[int, Shape] | None:
     """A KV-cache output from its past input: ``new_len`` more positions along ``axis``."""
     if past is None or len(past[1]) <= axis:
@@ -303,6 +320,7 @@ CONTRIB_RULES: dict[str, Rule] = {
     "MatMulNBits": _matmul_nbits, "MatMulBnb4": _matmul_nbits,
     "FusedMatMul": _fused_matmul,
     "DynamicQuantizeMatMul": _quantized_matmul, "MatMulIntegerToFloat": _quantized_matmul,
+    "DynamicQuantizeLSTM": _quantized_lstm,
     "GroupQueryAttention": _gqa, "Attention": _attention, "MultiHeadAttention": _mha,
     "SkipLayerNormalization": _skip_norm, "SkipSimplifiedLayerNormalization": _skip_norm,
     "SimplifiedLayerNormalization": _skip_norm,

@@ -575,6 +575,19 @@ def _recurrent(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
                             "has_bias": int(bias)})
 
 
+def _quantized_lstm(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
+    """DynamicQuantizeLSTM (onnxruntime contrib; X, W, R, B, sequence_lens,
+    initial_h, initial_c, P, then scales and zero points): an LSTM whose int8
+    W ``[directions, I, 4H]`` and R ``[directions, H, 4H]`` are stored
+    transposed; costed as :func:`_recurrent` costs LSTM."""
+    x, w = _t(ins[0]), _t(ins[1])
+    dirs, width, rows = w.shape
+    bias = len(ins) > 3 and ins[3] is not None
+    peepholes = len(ins) > 7 and ins[7] is not None
+    flops = recurrent_flops("LSTM", x.shape, (dirs, rows, width), rows // 4, False, bias, peepholes)
+    return NodeCost(flops, {"in_channels": width, "out_channels": rows // 4, "has_bias": int(bias)})
+
+
 def _lrn(op: str, ins: Ins, outs: Outs, attrs: Attrs) -> NodeCost:
     """LRN: per element, the squares summed over ``size`` channels plus the
     scale, power and division (5)."""
@@ -654,6 +667,7 @@ COST_RULES: dict[str, CostRule] = {
     "GroupQueryAttention": _group_query_attention,
     "MatMulNBits": _block_quantized_matmul, "MatMulBnb4": _block_quantized_matmul,
     "FusedMatMul": _fused_matmul, "GatherBlockQuantized": _quantize,
+    "DynamicQuantizeLSTM": _quantized_lstm,
     "MoE": _moe, "QMoE": _moe,
 }
 
