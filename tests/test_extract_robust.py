@@ -665,19 +665,21 @@ def test_a_conv_its_input_does_not_fit_is_a_shape_error(w_shape, attrs, msg):
 def test_an_if_whose_other_branch_cannot_run_at_these_shapes_is_its_runnable_branch():
     """silero-vad's ONNX file: an If on the sample rate holds the whole
     model, one branch per rate, and only the 16 kHz branch follows from a
-    512-sample frame (the 8 kHz one reshapes it to 256). The If was costed
-    0 ("a branch could not be costed"); it is now the branch that runs, as
-    onnxruntime runs it with that branch taken."""
-    def branch(frame: int, tag: str) -> onnx.GraphProto:
-        nodes = [helper.make_node("Reshape", ["x", f"s{tag}"], [f"r{tag}"]),
-                 helper.make_node("MatMul", [f"r{tag}", "w"], [f"y{tag}"])]
+    512-sample frame (in the 8 kHz one a 256-wide tensor meets it). The If
+    was costed 0 ("a branch could not be costed"); it is now the branch that
+    runs, as onnxruntime runs it with that branch taken."""
+    def branch(tag: str, frame: int, nodes: list, inits: list) -> onnx.GraphProto:
         shape = numpy_helper.from_array(np.array([-1, frame], np.int64), f"s{tag}")
-        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, None)],
-                                 [shape])
-    node = helper.make_node("If", ["is16k"], ["y"], then_branch=branch(512, "t"), else_branch=branch(256, "e"))
-    m = model([node, helper.make_node("Relu", ["y"], ["z"])], [("x", ["N", 512]), ("is16k", [], TensorProto.BOOL)],
-              [("z", None)], [const("w", (512, 64))])
-    g = extract(m, batch=2)
+        return helper.make_graph([helper.make_node("Reshape", ["x", f"s{tag}"], [f"r{tag}"]), *nodes],
+                                 tag, [], [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, None)],
+                                 [shape, *inits])
+    then = branch("t", 512, [helper.make_node("MatMul", ["rt", "w"], ["yt"])], [])
+    other = branch("e", 256, [helper.make_node("Add", ["re", "bias"], ["ye"])],
+                   [numpy_helper.from_array(np.ones((2, 256), np.float32), "bias")])
+    node = helper.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other)
+    m = model([node, helper.make_node("Relu", ["y"], ["z"])],
+              [("x", ["N", "S"]), ("is16k", [], TensorProto.BOOL)], [("z", None)], [const("w", (512, 64))])
+    g = extract(m, batch=2, dims={"S": 512})
     assert g.u[layout.GLOBAL_COLUMNS.index("flops_total")] >= 2 * 2 * 512 * 64
     assert any("the only branch that runs at these input shapes (then_branch)" in w for w in g.warnings)
     ran = run_shapes(m, {"x": np.ones((2, 512), np.float32), "is16k": np.array(True)})
