@@ -350,8 +350,9 @@ def export_vision_task(name: str, path: Path) -> np.ndarray:
 def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None = None,
                 dims: dict[str, int] | None = None, ids: int | None = None,
                 chunk: int | None = None,
-                feeds_for: Callable[[PerfGraph, onnx.ModelProto], dict] | None = None) -> dict:
-    """Extract ``path`` (at ``batch`` and ``dims``) and compare every edge
+                feeds_for: Callable[[PerfGraph, onnx.ModelProto], dict] | None = None,
+                input_shapes: dict[str, tuple[int, ...]] | None = None) -> dict:
+    """Extract ``path`` (at ``batch``, ``dims`` and ``input_shapes``) and compare every edge
     tensor's shape with onnxruntime's on ``image`` (default: ``feeds_for``'s
     inputs for the extracted graph, else random inputs of the shapes
     extracted, floats, or token ids below ``ids`` for integer inputs):
@@ -359,7 +360,7 @@ def bound_check(path: Path, image: np.ndarray | None = None, batch: int | None =
     taken as MoE routing are estimates: below passes there, and the routed
     totals are compared instead."""
     t = time.process_time()
-    g = extract(path, batch=batch, dims=dims)
+    g = extract(path, batch=batch, dims=dims, input_shapes=input_shapes)
     out = summary(g, time.process_time() - t)
     proto = onnx.load(str(path))
     ort.set_default_logger_severity(3)  # Mask R-CNN's loop warns once per detection
