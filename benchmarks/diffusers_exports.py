@@ -19,12 +19,12 @@ Run: ``python -m benchmarks.diffusers_exports [--out F.jsonl]`` (needs
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, emit, exported, failures  # noqa: E402
+from benchmarks.real_exports import attempt, bound_check, checked_rows, exported  # noqa: E402
 from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
 
 #: (exporter, opset) pairs each model is written with.
@@ -148,23 +148,20 @@ def check(build: Callable[[], tuple], exporter: str, opset: int, path: Path) -> 
     return out
 
 
+def check_in_temp(build: Callable[[], tuple], exporter: str, opset: int) -> dict:
+    """:func:`check` with the export in a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return check(build, exporter, opset, Path(tmp) / "model.onnx")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
     args = ap.parse_args()
-    rows, failed = 0, []
-    for name, build in _builders().items():
-        for exporter, opset in EXPORTS:
-            row: dict = {"section": "diffusers", "model": name, "exporter": exporter, "opset": opset}
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / f"{name}.onnx"
-                attempt(row, "check", lambda: check(build, exporter, opset, path))  # noqa: B023
-            emit(row, args.out)
-            rows += 1
-            failed += [f"{name} {exporter}-{opset}: {f}" for f in failures(row)
-                       + failures(row.get("check", {}))]
-    print(json.dumps({"rows": rows, "failed": failed}))
-    return 1 if failed else 0
+    return checked_rows((({"section": "diffusers", "model": name, "exporter": exporter, "opset": opset},
+                          partial(check_in_temp, build, exporter, opset))
+                         for name, build in _builders().items() for exporter, opset in EXPORTS),
+                        args.out)
 
 
 if __name__ == "__main__":

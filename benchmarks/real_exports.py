@@ -102,7 +102,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -779,6 +779,21 @@ def failures(row: dict) -> list[str]:
         elif k.endswith("_flops_ratio") and abs(v - 1) > FLOPS_TOLERANCE:
             out.append(f"{k} {v}")
     return out
+
+
+def checked_rows(rows: Iterable[tuple[dict, Callable[[], dict]]], out: Path | None) -> int:
+    """For each ``(row, check)``: the check's result (or its error) in
+    ``row["check"]``, the row emitted; then a summary line of what failed.
+    Returns the exit code (1 when anything failed)."""
+    failed, n = [], 0
+    for row, check in rows:
+        attempt(row, "check", check)
+        emit(row, out)
+        n += 1
+        label = " ".join(str(row[k]) for k in ("model", "exporter", "opset") if k in row)
+        failed += [f"{label}: {f}" for f in failures(row) + failures(row.get("check", {}))]
+    print(json.dumps({"rows": n, "failed": failed}))
+    return 1 if failed else 0
 
 
 def emit(row: dict, out: Path | None) -> None:

@@ -16,18 +16,18 @@ Run: ``python -m benchmarks.timm_exports [--seed 22] [--models 30] [--out F.json
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
 import warnings
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, emit, exported, failures, timed_extract  # noqa: E402
+from benchmarks.real_exports import bound_check, checked_rows, exported, timed_extract  # noqa: E402
 from training.zoo.real.torchvision_compat import import_timm  # noqa: E402
 
 #: Weights above this (bytes) leave protobuf's limit for the onnxruntime check.
@@ -59,6 +59,12 @@ def check(name: str, path: Path) -> dict:
     return bound_check(path, batch=3)
 
 
+def check_in_temp(name: str) -> dict:
+    """:func:`check` with the export in a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return check(name, Path(tmp) / f"{name}.onnx")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=22)
@@ -66,15 +72,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="append each row to this JSON-lines file")
     args = ap.parse_args()
     names = random.Random(args.seed).sample(sorted(import_timm().list_models()), args.models)
-    failed = []
-    for name in names:
-        row: dict = {"section": "timm-dynamo", "seed": args.seed, "model": name}
-        with tempfile.TemporaryDirectory() as tmp:
-            attempt(row, "check", lambda: check(name, Path(tmp) / f"{name}.onnx"))  # noqa: B023 (called here)
-        emit(row, args.out)
-        failed += [f"{name}: {f}" for f in failures(row)]
-    print(json.dumps({"rows": len(names), "failed": failed}))
-    return 1 if failed else 0
+    return checked_rows((({"section": "timm-dynamo", "seed": args.seed, "model": name},
+                          partial(check_in_temp, name)) for name in names), args.out)
 
 
 if __name__ == "__main__":
