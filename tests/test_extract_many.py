@@ -3,6 +3,7 @@ predict --keep-going --workers``: the same graphs as one extraction per model,
 in the models' order, a failing model's typed error in its place."""
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -68,3 +69,18 @@ def test_cli_keep_going_predicts_the_others_and_exits_2(models):
     assert "2 of 4 model(s) could not be extracted" in res.stderr
     plain = CliRunner().invoke(main, ["predict", *models, "--batch", "2", "--json"])
     assert plain.exit_code == 2 and plain.stdout == "" and "c.onnx" in plain.stderr
+
+
+def test_a_folder_pipe_is_named_not_skipped(tmp_path):
+    """A folder's ``*.onnx`` entries are its models: a named pipe among them
+    had been skipped in silence (it is no regular file); it is now an error
+    line naming it, the others predicted, exit 2. A folder named ``*.onnx``
+    is still no model."""
+    onnx.save(conv_chain(), tmp_path / "a.onnx")
+    os.mkfifo(tmp_path / "b.onnx")
+    (tmp_path / "c.onnx").mkdir()
+    res = CliRunner().invoke(main, ["predict", str(tmp_path), "--batch", "2", "--json", "--keep-going"])
+    assert res.exit_code == 2
+    assert [r["model"] for r in json.loads(res.stdout)] == [str(tmp_path / "a.onnx")]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("perfseer-rt: error:")]
+    assert len(errors) == 1 and "b.onnx: not a regular file" in errors[0]

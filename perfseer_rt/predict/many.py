@@ -21,11 +21,13 @@ PROGRESS_MIN_JOBS = 8
 
 
 def expand_models(paths: Sequence[str]) -> list[str]:
-    """Files as given; a folder becomes its ``*.onnx`` files (recursively, sorted)."""
+    """Files as given; a folder becomes its ``*.onnx`` entries that are not
+    folders (recursively, sorted): a pipe or a broken link there is kept, to
+    be refused by name when it is loaded, not skipped in silence."""
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            found = sorted(str(f) for f in Path(p).rglob("*.onnx") if f.is_file())
+            found = sorted(str(f) for f in Path(p).rglob("*.onnx") if not f.is_dir())
             if not found:
                 raise ModelLoadError(f"folder {p!r} holds no .onnx files")
             out.extend(found)
