@@ -681,7 +681,8 @@ def test_an_if_whose_other_branch_cannot_run_at_these_shapes_is_its_runnable_bra
               [("x", ["N", "S"]), ("is16k", [], TensorProto.BOOL)], [("z", None)], [const("w", (512, 64))])
     g = extract(m, batch=2, dims={"S": 512})
     assert g.u[layout.GLOBAL_COLUMNS.index("flops_total")] >= 2 * 2 * 512 * 64
-    assert any("the only branch that runs at these input shapes (then_branch)" in w for w in g.warnings)
+    assert any("the only branch whose shapes follow from these input shapes (then_branch)" in w
+               for w in g.warnings)
     ran = run_shapes(m, {"x": np.ones((2, 512), np.float32), "is16k": np.array(True)})
     assert dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))["y"] == ran["y"] == (2, 64)
 

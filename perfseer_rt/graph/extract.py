@@ -418,6 +418,8 @@ def _check_opsets(proto: onnx.ModelProto, name: str) -> None:
                              f"{imp.domain or 'ai.onnx'!r}, newer than the newest onnx "
                              f"{onnx.__version__} knows ({newest}); onnxruntime refuses opsets it "
                              "does not know")
+
+
 #: The subgraphs a control-flow node must hold.
 _BODIES = {"If": frozenset({"then_branch", "else_branch"}), "Loop": frozenset({"body"}),
            "Scan": frozenset({"body"})}
@@ -1645,13 +1647,14 @@ def _control_flow_cost(node: onnx.NodeProto, proto: onnx.ModelProto,
                            and switch_shape(vi) is not None), None)
             hint = SWITCH_HINT.format(name=cond) if switch is not None else ""
             chosen[node.output[0]] = (heavy, float(costs[heavy]), repr(node.name or node.output[0]),
-                                      "the only branch that runs at these input shapes" if only
-                                      else "its heavier branch", hint)
+                                      "the only branch whose shapes follow from these input "
+                                      "shapes" if only else "its heavier branch", hint)
         if only:
             other = next(k for k in found if k not in costs)
             return NodeCost(costs[heavy]), True, (
-                f"{label}: its {other} could not be costed at these input shapes (it would not "
-                f"run on them); costed as its {heavy} ({costs[heavy]:.3g} FLOPs)")
+                f"{label}: its {other} could not be costed at these input shapes (a branch whose "
+                f"shapes do not follow from them cannot run on them); costed as its {heavy} "
+                f"({costs[heavy]:.3g} FLOPs)")
         return NodeCost(costs[heavy]), True, (
             f"{label}: costed as its heavier branch ({heavy}, {costs[heavy]:.3g} FLOPs)")
     body = bodies.get("body")
