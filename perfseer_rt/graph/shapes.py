@@ -243,8 +243,8 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
         raise ShapeError(
             f"{len(unresolved)} input dim(s) cannot be resolved: "
             + "; ".join(unresolved)
-            + f"; give them with {hint + ' or ' if hint else ''}--input NAME:D1xD2x... "
-            "(N = its size)")
+            + (f"; give them with {hint} (N = its size) or --input NAME:D1xD2x..." if hint
+               else "; give them with --input NAME:D1xD2x..."))
     return resolved
 
 
