@@ -687,6 +687,26 @@ def test_an_if_whose_other_branch_cannot_run_at_these_shapes_is_its_runnable_bra
     assert dict(zip(g.edge_tensors, map(tuple, g.edge_shapes)))["y"] == ran["y"] == (2, 64)
 
 
+@pytest.mark.parametrize("op, attr, msg", [
+    ("Conv", onnx.AttributeProto(name="kernel_shape", type=onnx.AttributeProto.FLOATS, floats=[3.0, 3.0]),
+     "takes attribute 'kernel_shape' as INTS, the file gives FLOATS"),
+    ("Softmax", onnx.AttributeProto(name="axis", type=onnx.AttributeProto.FLOAT, f=1.0),
+     "takes attribute 'axis' as INT, the file gives FLOAT"),
+    ("Transpose", onnx.AttributeProto(name="perm", type=onnx.AttributeProto.INT, i=1),
+     "takes attribute 'perm' as INTS, the file gives INT"),
+    ("Conv", onnx.AttributeProto(name="auto_pad", type=onnx.AttributeProto.STRING, s=b"BOGUS"),
+     "auto_pad='BOGUS' is none of NOTSET, SAME_UPPER, SAME_LOWER, VALID")])
+def test_an_attribute_of_another_type_or_value_than_its_schema_is_a_graph_error(op, attr, msg):
+    """onnxruntime refuses an attribute whose type is not the one the op's
+    schema declares (a float kernel, an int perm) and an auto_pad it does
+    not know; extraction had read them as the values they looked like."""
+    node = helper.make_node(op, ["x", "w"] if op == "Conv" else ["x"], ["y"])
+    node.attribute.append(attr)
+    m = model([node], [("x", ["N", 4, 8, 8])], [("y", None)], [const("w", (8, 4, 3, 3))] if op == "Conv" else [])
+    with pytest.raises(GraphError, match=msg):
+        extract(m, batch=2)
+
+
 def test_a_node_without_op_type_is_a_typed_error():
     """onnxruntime refuses a node whose op_type is empty; extraction had
     guessed it shaped like its input."""

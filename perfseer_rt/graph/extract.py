@@ -51,6 +51,7 @@ from perfseer_rt.graph.nodes import (
     CACHED_KEY_CHARS,
     DOMAIN,
     INS,
+    LOOSE,
     NAME,
     OP,
     OTHER,
@@ -80,6 +81,7 @@ from perfseer_rt.graph.propagate import (
     clear_rule_cache,
     long_1d,
     reshaped,
+    schema_attribute_types,
     schema_attributes,
     tensor_value,
     value_sources,
@@ -321,6 +323,7 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
     opset = _default_opset(proto)
     declared: dict[str, frozenset[str] | None] = {}  # op -> its schema's attributes (None: no schema)
+    typed_ok: set[tuple[str, str | None]] = set()  # (op, attributes) found of the schema's types
     for row, akey in zip(table, akeys):
         if row[0] in SPATIAL_OPS and akey not in checked:
             try:
@@ -349,6 +352,15 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                              if a not in attrs_of_op)
                 raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
                                  f"attribute {extra!r}; onnxruntime refuses such a node")
+            if attrs_of_op is not None and not row[LOOSE] and (op, akey) not in typed_ok:
+                wrong = _mistyped_attribute(row, schema_attribute_types(op, opset))
+                if wrong is not None:
+                    attr, want, got = wrong
+                    raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) takes "
+                                     f"attribute {attr!r} as {want}, the file gives {got}; "
+                                     "onnxruntime refuses such a node")
+                if not row[TENSORS] and not row[OTHER]:
+                    typed_ok.add((op, akey))
     inits = {t.name for t in g.initializer}
     made = _check_single_definitions(g, name, table, inits)
     if top:  # every node output is in made, every input in it or named below
@@ -418,6 +430,33 @@ def _check_opsets(proto: onnx.ModelProto, name: str) -> None:
                              f"{imp.domain or 'ai.onnx'!r}, newer than the newest onnx "
                              f"{onnx.__version__} knows ({newest}); onnxruntime refuses opsets it "
                              "does not know")
+
+
+_AT = onnx.AttributeProto
+
+
+def _attribute_type(value: Any) -> int | None:
+    """The attribute type a value of a row's ``attrs`` was read from (None:
+    an empty list, which INTS and FLOATS share)."""
+    kind = type(value)
+    if kind is list:
+        if not value:
+            return None
+        return _AT.INTS if type(value[0]) is int else _AT.FLOATS
+    return _AT.INT if kind is int else _AT.FLOAT if kind is float else _AT.STRING
+
+
+def _mistyped_attribute(row: Row, types: dict[str, int]) -> tuple[str, str, str] | None:
+    """``(attribute, schema's type, file's type)`` of the first of the node's
+    attributes whose type is not the one the op's schema declares, or None."""
+    found = [(a, _attribute_type(v)) for a, v in row[ATTRS].items()]
+    found += [(a, _AT.TENSOR) for a in row[TENSORS]]
+    found += [(a.name, a.type) for a in row[OTHER]]
+    for attr, kind in found:
+        want = types.get(attr)
+        if want is not None and kind is not None and kind != want:
+            return attr, _AT.AttributeType.Name(want), _AT.AttributeType.Name(kind)
+    return None
 
 
 #: The subgraphs a control-flow node must hold.

@@ -236,6 +236,13 @@ def check_spatial_attrs(attrs: Attrs) -> None:
             _check_range(key, v if isinstance(v, list) else [v], lo)
     if "group" in attrs and not 1 <= int(attrs["group"]) <= 2**31:
         raise GraphError(f"attribute group={attrs['group']} is outside 1..{2**31}")
+    if attrs.get("auto_pad", "NOTSET") not in AUTO_PADS:
+        raise GraphError(f"attribute auto_pad={attrs['auto_pad']!r} is none of "
+                         f"{', '.join(AUTO_PADS)}; onnxruntime refuses such a node")
+
+
+#: The values ONNX's auto_pad attribute takes.
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
 def _spatial_attrs(attrs: Attrs, kernel: tuple[int, ...]) -> dict[str, float]:

@@ -1136,6 +1136,20 @@ def _getter(value: Callable[[str], np.ndarray | None], ins: tuple[str, ...]) -> 
 
 
 _KNOWN_ATTRS: dict[tuple[str, int], frozenset[str]] = {}
+_ATTR_TYPES: dict[tuple[str, int], dict[str, int]] = {}
+
+
+def schema_attribute_types(op: str, opset: int) -> dict[str, int]:
+    """Each attribute onnx's schema of standard op ``op`` declares at
+    ``opset``, with its type (``onnx.AttributeProto.AttributeType`` values;
+    empty where there is no such op); cached per process."""
+    key = (op, opset)
+    found = _ATTR_TYPES.get(key)
+    if found is None:
+        schema = _schema(op, opset)
+        found = _ATTR_TYPES[key] = {n: int(a.type.value) for n, a in schema.attributes.items()} \
+            if schema else {}
+    return found
 
 
 def schema_attributes(op: str, opset: int) -> frozenset[str] | None:
