@@ -322,7 +322,8 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
         akeys = attribute_keys(table)
     checked: set[str | None] = set()  # attributes found in range (the check reads nothing else)
     opset = _default_opset(proto)
-    declared: dict[str, frozenset[str] | None] = {}  # op -> its schema's attributes (None: no schema)
+    # op -> its schema's attribute names and those of type TENSOR (None: no schema)
+    declared: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
     typed_ok: set[tuple[str, str | None]] = set()  # (op, attributes) found of the schema's types
     for row, akey in zip(table, akeys):
         if row[0] in SPATIAL_OPS and akey not in checked:
@@ -338,29 +339,36 @@ def _validate(proto: onnx.ModelProto, name: str, max_nodes: int,
                 raise GraphError(f"{name}: node {row[1] or row[0]!r}: {row[0]} has no "
                                  f"{' or '.join(missing)} subgraph; onnxruntime refuses such a node")
         if (row[ATTRS] or row[TENSORS] or row[OTHER]) and not row[DOMAIN] and opset is not None:
-            # an attribute the op does not have: onnxruntime refuses the model, and onnx's
-            # inference has spent 20 GB on one (a Constant given perm=2^40; fuzz)
+            # an attribute the op does not have, or of another type: onnxruntime refuses the
+            # model, and onnx's inference has spent 20 GB on one (a Constant given perm=2^40; fuzz)
             op = row[0]
             if op in declared:
-                attrs_of_op = declared[op]
+                of_op = declared[op]
             else:
-                attrs_of_op = declared[op] = schema_attributes(op, opset)
-            if attrs_of_op is not None and not (attrs_of_op.issuperset(row[ATTRS])
-                                                and attrs_of_op.issuperset(row[TENSORS])
-                                                and attrs_of_op.issuperset(a.name for a in row[OTHER])):
-                extra = next(a for a in (*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER]))
-                             if a not in attrs_of_op)
-                raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
-                                 f"attribute {extra!r}; onnxruntime refuses such a node")
-            if attrs_of_op is not None and not row[LOOSE] and (op, akey) not in typed_ok:
-                wrong = _mistyped_attribute(row, schema_attribute_types(op, opset))
-                if wrong is not None:
-                    attr, want, got = wrong
-                    raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) takes "
-                                     f"attribute {attr!r} as {want}, the file gives {got}; "
-                                     "onnxruntime refuses such a node")
-                if not row[TENSORS] and not row[OTHER]:
-                    typed_ok.add((op, akey))
+                types = schema_attribute_types(op, opset) \
+                    if schema_attributes(op, opset) is not None else None
+                of_op = declared[op] = None if types is None else (
+                    frozenset(types), frozenset(a for a, t in types.items() if t == _AT.TENSOR))
+            if of_op is None:
+                continue
+            names, tensor_names = of_op
+            if not (names.issuperset(row[ATTRS]) and tensor_names.issuperset(row[TENSORS])
+                    and (not row[OTHER] or names.issuperset(a.name for a in row[OTHER]))):
+                extra = next((a for a in (*row[ATTRS], *row[TENSORS], *(a.name for a in row[OTHER]))
+                              if a not in names), None)
+                if extra is not None:
+                    raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) has no "
+                                     f"attribute {extra!r}; onnxruntime refuses such a node")
+            elif (op, akey) in typed_ok and not row[OTHER]:
+                continue
+            wrong = None if row[LOOSE] else _mistyped_attribute(row, schema_attribute_types(op, opset))
+            if wrong is not None:
+                attr, want, got = wrong
+                raise GraphError(f"{name}: node {row[1] or op!r}: {op} (opset {opset}) takes "
+                                 f"attribute {attr!r} as {want}, the file gives {got}; "
+                                 "onnxruntime refuses such a node")
+            if not row[LOOSE]:  # TENSORS of the right names are TENSORs: read so
+                typed_ok.add((op, akey))
     inits = {t.name for t in g.initializer}
     made = _check_single_definitions(g, name, table, inits)
     if top:  # every node output is in made, every input in it or named below
