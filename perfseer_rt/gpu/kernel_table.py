@@ -94,7 +94,7 @@ class Builder:
         view ``rows, cols, binary, transcendental`` in ``shape``)."""
         if cls not in CLASSES:
             raise ValueError(f"unknown kernel class {cls!r}")
-        row = {k: 0.0 for k in NUMERIC}
+        row: dict[str, Any] = {k: 0.0 for k in NUMERIC}
         row.update(shape)
         row.update(node=float(node), flops=float(max(flops, 0.0)), bytes=float(max(nbytes, 0.0)),
                    launches=launches, host_ops=host_ops)

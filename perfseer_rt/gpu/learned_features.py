@@ -41,7 +41,7 @@ def names() -> list[str]:
 
 
 def _log2(x: np.ndarray) -> np.ndarray:
-    return np.log2(np.maximum(x, 1.0))
+    return np.asarray(np.log2(np.maximum(x, 1.0)))
 
 
 def roofline_ms(table: KernelTable, spec: GpuSpec) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,8 @@ class KernelMLP(nn.Module):
     def __init__(self, n_features: int, cfg: LayerConfig, mean: torch.Tensor, std: torch.Tensor) -> None:
         super().__init__()
         self.cfg = cfg
+        self.mean: torch.Tensor
+        self.std: torch.Tensor
         self.register_buffer("mean", mean.float())
         self.register_buffer("std", std.float().clamp_min(1e-3))
         dims = [n_features] + [cfg.hidden] * cfg.layers
@@ -43,8 +45,10 @@ class KernelMLP(nn.Module):
             mods += [nn.Linear(a, b), nn.SiLU()]
         mods.append(nn.Linear(dims[-1], 1))
         self.net = nn.Sequential(*mods)
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.constant_(self.net[-1].bias, 1.0)  # start at e^1 x roofline
+        last = mods[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.constant_(last.bias, 1.0)  # start at e^1 x roofline
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = (x - self.mean) / self.std
