@@ -319,9 +319,10 @@ def _check_tensor_peaks(s: SpecSheet) -> None:
         raise SpecSheetError("bf16_tensor_fp32acc_tflops", f"{bf16:g} TFLOPS differs from "
                              f"fp16_tensor_fp32acc_tflops ({f16_32:g}); tensor cores run bf16 and fp16 with "
                              "fp32 accumulate at one rate (a sparse or fp16-accumulate figure?)")
-    if s.tf32_tensor_tflops is not None and f16 is not None and s.tf32_tensor_tflops > f16 * (0.5 + _SLACK):
-        raise SpecSheetError("tf32_tensor_tflops", f"{s.tf32_tensor_tflops:g} TFLOPS is above half of "
-                             f"fp16_tensor_tflops ({f16:g}); TF32 runs at half the fp16 rate at most "
+    tf32 = s.tf32_tensor_tflops
+    if tf32 is not None and f16_32 is not None and tf32 > f16_32 * (0.5 + _SLACK):
+        raise SpecSheetError("tf32_tensor_tflops", f"{tf32:g} TFLOPS is above half of fp16_tensor_fp32acc_tflops "
+                             f"({f16_32:g}); TF32 runs at half the fp16 fp32-accumulate rate at most "
                              "(a sparse figure?)")
     if s.fp8_tensor_tflops is not None and f16_32 is not None and s.fp8_tensor_tflops < f16_32 * (1 - _SLACK):
         raise SpecSheetError("fp8_tensor_tflops", f"{s.fp8_tensor_tflops:g} TFLOPS is below "
