@@ -3,6 +3,10 @@ the schema refusing a sheet that breaks it, naming the field."""
 
 import csv
 import json
+import shutil
+import subprocess
+import sys
+import zipfile
 from dataclasses import fields
 from pathlib import Path
 
@@ -234,3 +238,24 @@ def test_round_trip_and_overrides():
         parse_assignment("warp_size=32")
     with pytest.raises(SpecSheetError, match="expected FIELD=VALUE"):
         parse_assignment("sms")
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_every_sheet(tmp_path):
+    """``pip install .`` carries the sheets: build the wheel of a copy of the
+    package (no network: the build backend installed here; the predictors'
+    folder left empty) and list it."""
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "perfseer_rt", src / "perfseer_rt", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    (src / "exported_models").mkdir()
+    shutil.copy(ROOT / "exported_models" / "__init__.py", src / "exported_models" / "__init__.py")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                          "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("perfseer_rt-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"perfseer_rt/gpu/spec_sheets/{n}.json" for n in SHIPPED} <= names
