@@ -3,6 +3,7 @@ the schema refusing a sheet that breaks it, naming the field."""
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -259,3 +260,31 @@ def test_the_wheel_ships_every_sheet(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("perfseer_rt-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"perfseer_rt/gpu/spec_sheets/{n}.json" for n in SHIPPED} <= names
+
+
+URL = re.compile(r"https://[^\s,;)]+")
+
+
+def doc_row(key: str, s: SpecSheet) -> str:
+    """The row of docs/gpu-spec-sheets.md's table of shipped sheets."""
+    def f(v):
+        return "-" if v is None else f"{v:g}"
+
+    urls: list[str] = []
+    for name, src in s.sources.items():
+        if name != "compute_capability":
+            urls += [u for u in URL.findall(src) if u not in urls]
+    links = " ".join(f"[{u.rstrip('/').rsplit('/', 1)[-1].replace('%20(1)', '')}]({u})" for u in urls)
+    return (f"| `{key}` | {s.name} | {s.architecture} {s.compute_capability} | {s.sms} | {f(s.boost_clock_mhz)} | "
+            f"{f(s.memory_gib)} | {f(s.memory_bandwidth_gbs)} | {f(s.l2_cache_mb)} | {f(s.fp32_tflops)} | "
+            f"{f(s.tf32_tensor_tflops)} | {f(s.fp16_tensor_tflops)} | {f(s.fp16_tensor_fp32acc_tflops)} | "
+            f"{f(s.bf16_tensor_fp32acc_tflops)} | {f(s.fp8_tensor_tflops)} | {f(s.tdp_w)} | {links} |")
+
+
+def test_the_docs_table_shows_every_shipped_sheet_as_it_is():
+    doc = (ROOT / "docs" / "gpu-spec-sheets.md").read_text().splitlines()
+    shipped_part = doc[doc.index("## Shipped sheets"):]
+    rows = [line for line in shipped_part if line.startswith("| `")]
+    assert rows == [doc_row(k, s) for k, (_, s) in SHIPPED.items()]
+    for f in FIELD_NAMES:  # and the schema table names every field
+        assert f"| `{f}` |" in "\n".join(doc), f
