@@ -147,3 +147,14 @@ def test_the_devices_listing_still_answers(home):
     assert cli("devices").exit_code == 0
     helped = cli("devices", "--help")
     assert all(c in helped.stdout for c in ("add-gpu", "remove", "gpu-specs"))
+
+
+def test_a_broken_user_sheet_is_named_with_the_way_out(home):
+    assert cli("devices", "add-gpu", "mine", "--from", "t4").exit_code == 0
+    path = home / "devices" / "mine" / "gpu-spec.json"
+    doc = json.loads(path.read_text())
+    doc["sms"] = -1
+    path.write_text(json.dumps(doc))
+    assert_refused(cli("devices", "gpu-specs"), str(path), "spec field sms:", "devices remove mine")
+    assert cli("devices", "remove", "mine").exit_code == 0
+    assert cli("devices", "gpu-specs").exit_code == 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from perfseer_rt.calibrate.store import check_name
 from perfseer_rt.errors import DeviceError, PerfSeerError
-from perfseer_rt.gpu.spec_sheet import SpecSheet, read_sheet
+from perfseer_rt.gpu.spec_sheet import SpecSheet, SpecSheetError, read_sheet
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 
 #: The file of a user GPU entry, in its folder.
@@ -71,7 +71,11 @@ def user_gpu_specs(root: Path) -> dict[str, tuple[Path, SpecSheet]]:
         name = path.parent.name
         if name.startswith(".") or path.parent.is_symlink():
             continue  # a write or removal in progress, or not ours
-        out[name] = (path, read_sheet(path))
+        try:
+            out[name] = (path, read_sheet(path))
+        except SpecSheetError as exc:
+            raise SpecSheetError(exc.field, f"{exc.problem} (fix the file, or `perfseer-rt devices remove "
+                                 f"{name}`)", exc.where) from None
     return out
 
 
