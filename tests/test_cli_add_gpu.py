@@ -143,7 +143,7 @@ def test_remove_deletes_only_user_gpus(home):
 def test_the_devices_listing_still_answers(home):
     res = cli("devices", "--json")
     assert res.exit_code == 0, res.output
-    assert {r["device"] for r in json.loads(res.stdout)} >= {"h100", "cpu-amd-epyc-1t"}
+    assert {r["device"] for r in json.loads(res.stdout)} >= {"h100-sxm", "rtx-4090", "cpu-amd-epyc-1t"}
     assert cli("devices").exit_code == 0
     helped = cli("devices", "--help")
     assert all(c in helped.stdout for c in ("add-gpu", "remove", "gpu-specs"))

@@ -10,6 +10,7 @@ import click
 
 from perfseer_rt.cli.common import emit_json
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.gpu.entries import ALIASES as GPU_ALIASES
 from perfseer_rt.gpu.spec_sheet import SpecSheet, check_mig, parse_assignment, read_sheet
 from perfseer_rt.gpu.spec_store import (
     add_user_gpu,
@@ -53,7 +54,8 @@ def add_gpu(name: str, spec_file: str | None, from_sheet: str | None, assignment
         sheet = sheet.with_values(values, source="set by the user: perfseer-rt devices add-gpu --set " +
                                   " --set ".join(assignments))
     check_mig(sheet, MIG_PROFILES)
-    path = add_user_gpu(user_root(), name, sheet, force=force, reserved=shipped_predictors())
+    path = add_user_gpu(user_root(), name, sheet, force=force,
+                        reserved=set(shipped_predictors()) | set(GPU_ALIASES))
     if as_json:
         emit_json({"device": name, "path": str(path), "spec": sheet.to_dict()})
         return

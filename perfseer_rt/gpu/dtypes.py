@@ -86,8 +86,8 @@ def infer(graph: PerfGraph, adj: Adjacency, prec: Precision) -> Dtypes:
         # data inputs that are graph inputs: the node's data bytes less its edges'
         graph_in = max(float(mac[i]) - float(weight[i]) - float(out_elems[i]) * exported[i]
                        - sum(adj.edge_elems[(p, i)] * exported[p] for p in preds), 0.0)
-        if not prec.autocast:
-            in_b[i] = sum(adj.edge_elems[(p, i)] * out_b[p] for p in preds) + graph_in
+        if not prec.autocast:  # a half model is fed half inputs
+            in_b[i] = sum(adj.edge_elems[(p, i)] * out_b[p] for p in preds) + graph_in * prec.act_bytes / 4.0
             w_b[i] = float(params[i]) * prec.weight_bytes if weight[i] > 0 else 0.0
             continue
         in_dt = [out_b[p] for p in preds]

@@ -43,9 +43,9 @@ from perfseer_rt.gpu.kernels import (
     RECURRENT_OPS,
     SOFTMAX_OPS,
     TRANSCENDENTAL,
-    _out_shapes,
-    _recurrent_kernels,
-    _recurrent_steps,
+    out_shapes,
+    recurrent_kernels,
+    recurrent_shape,
 )
 from perfseer_rt.gpu.precision import Precision
 from perfseer_rt.graph.ops import ELEMENTWISE_FLOPS
@@ -83,7 +83,7 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
     flops, out_elems = col("flops"), col("out_elems")
     cin, cout, groups = col("in_channels"), col("out_channels"), col("groups")
     kh, kw, n_in = col("kernel_h"), col("kernel_w"), col("num_inputs")
-    shapes = _out_shapes(graph)
+    shapes = out_shapes(graph)
     attn = P.attention_groups(graph, adj) if sdpa else []
     acts = P.activation_groups(graph, adj)
     bias_of = P.linear_bias(graph, adj)
@@ -98,7 +98,7 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
     for i, elems, why in dt.casts:
         casts.setdefault(i, []).append((elems, why))
     b = Builder(phase)
-    host = 0.0  # host ops waiting for the next kernel (views, fused members)
+    host = 0.0  # host ops (views) waiting for the next kernel
     act = prec.act_bytes
 
     def nbytes(i: int) -> float:
@@ -110,8 +110,10 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
         return max(float(out_elems[i]) / max(last, 1.0), 1.0), max(last, 1.0)
 
     for i, op in enumerate(ops):
-        if i in inside:
-            host += 0.0 if i in bias_of.values() else 1.0
+        if i in inside:  # one framework op with its group's anchor
+            continue
+        if i in views and i not in anchor and i not in acts:
+            host += 1.0
             continue
         for elems, _why in casts.get(i, []):
             b.add("cast", i, elems, 6.0 * elems, rows=1.0, cols=max(elems, 1.0), host_ops=1.0)
@@ -121,7 +123,7 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
             a = anchor[i]
             qkv_o = a.heads_batch * a.head_dim * (2 * a.seq_q + 2 * a.seq_k)
             total = qkv_o * act + a.mask_elems * float(dt.out_bytes[a.qk])
-            fl = float(flops[a.qk] + flops[a.av] + flops[a.softmax])
+            fl = float(sum(flops[j] for j in a.nodes))
             peak = gemm_peak(prec, conv=False)
             b.add("attention", i, fl / 2, total / 2, peak, launches=0.5, host_ops=h,
                   batch=a.heads_batch, m=a.seq_q, n=a.seq_k, k=a.head_dim)
@@ -135,8 +137,6 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
             out_b = float(out_elems[members[-1]] * dt.out_bytes[members[-1]])
             b.add("elem", i, float(sum(flops[j] for j in members)), x_bytes + out_b,
                   rows=rows, cols=cols, binary=0.0, transcendental=1.0, host_ops=h)
-        elif i in views:
-            host += 1.0
         elif op in ("MatMul", "Gemm") and cout[i] > 0 and cin[i] > 0 and flops[i] > 0:
             n, kk = float(cout[i]), float(cin[i])
             peak = gemm_peak(prec, conv=False)
@@ -182,8 +182,8 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
             b.add("elem", i, float(flops[i]), nbytes(i), host_ops=h, rows=rows, cols=cols,
                   binary=float(op in BINARY and n_in[i] >= 2),
                   transcendental=float(op in TRANSCENDENTAL))
-        elif op in RECURRENT_OPS and (steps := _recurrent_steps(graph, i, shapes.get(i))) is not None:
-            for j, (family, kernel) in enumerate(_recurrent_kernels(op, steps, int(cin[i]), int(cout[i]),
+        elif op in RECURRENT_OPS and (steps := recurrent_shape(graph, i, shapes.get(i))) is not None:
+            for j, (family, kernel) in enumerate(recurrent_kernels(op, steps, int(cin[i]), int(cout[i]),
                                                                     act)):
                 cls = "linear" if family == "linear" else "elem"
                 peak = gemm_peak(prec, conv=False) if cls == "linear" else "none"
@@ -193,6 +193,8 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
             b.add("cast", i, 0.0, nbytes(i), host_ops=h, rows=1.0, cols=float(max(out_elems[i], 1)))
         else:
             b.add("copy", i, float(flops[i]), nbytes(i), host_ops=h)
+    if host and b.rows:  # views after the last kernel: dispatched all the same
+        b.rows[-1]["host_ops"] += host
     notes = []
     if attn:
         notes.append(f"{len(attn)} attention pattern(s) priced as one fused SDPA kernel each "
@@ -201,6 +203,7 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
         notes.append(f"{len(folded)} Conv(s) with a bias and no normalization after them priced with "
                      "the BatchNorm kernel PyTorch eager runs after them (an eval-mode export folds it "
                      "into the Conv)")
-    if dt.casts:
-        notes.append(f"{len(dt.casts)} autocast cast kernel(s) (fp32 inputs and weights of half-precision ops)")
+    n_casts = sum(1 for c in b.rows if c["cls"] == "cast" and ops[int(c["node"])] != "Cast")
+    if n_casts:
+        notes.append(f"{n_casts} autocast cast kernel(s) (fp32 inputs and weights of half-precision ops)")
     return b.table(notes)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfseer_rt.gpu.kernels import erf_gelu_groups
 from perfseer_rt.graph.perfgraph import PerfGraph
 
 NORM_OPS = frozenset({"LayerNormalization", "BatchNormalization", "GroupNormalization",
@@ -152,8 +153,6 @@ def _shape_of(graph: PerfGraph, i: int) -> tuple[int, ...] | None:
 def activation_groups(graph: PerfGraph, adj: Adjacency) -> dict[int, tuple[list[int], str]]:
     """Anchor node -> (the nodes PyTorch runs as one activation kernel, its
     name): erf-GELU, SiLU, Mish."""
-    from perfseer_rt.gpu.kernels import erf_gelu_groups  # the erf-GELU rule lives there
-
     ops = graph.node_ops
     out: dict[int, tuple[list[int], str]] = {e: (g, "gelu") for e, g in erf_gelu_groups(graph).items()}
     for s, op in enumerate(ops):

@@ -15,8 +15,6 @@ cards of the Ampere, Ada and Blackwell generations run the latter at half
 rate, datacenter and professional cards at full rate. ``fp8_tensor_tflops`` is
 the dense FP8 peak with fp32 accumulate (what scaled matmuls use).
 
-(:class:`perfseer_rt.gpu.manifest.SpecSheet` is another thing: the NeuSight
-config copied into a shipped ``gpu-prior`` manifest.)
 """
 
 from __future__ import annotations
@@ -176,11 +174,16 @@ class SpecSheet:
     def to_gpu_spec(self) -> GpuSpec:
         """The prior's view (GB, GB/s, MHz, GFLOP/s, MB); the tensor-core peak is
         the fp16 fp32-accumulate one (what PyTorch autocast runs)."""
-        tc = self.fp16_tensor_fp32acc_tflops
+        def gflops(tflops: float | None) -> float | None:
+            return tflops * 1000.0 if tflops is not None else None
+
         return GpuSpec(name=self.name, mem_gb=self.memory_gib, mem_bw_gbs=self.memory_bandwidth_gbs,
                        sms=self.sms, cores_per_sm=self.fp32_cores_per_sm, clock_mhz=self.boost_clock_mhz,
                        fp32_gflops=self.fp32_tflops * 1000.0, l2_mb=self.l2_cache_mb,
-                       tc16_gflops=tc * 1000.0 if tc is not None else None)
+                       tc16_gflops=gflops(self.fp16_tensor_fp32acc_tflops),
+                       tf32_gflops=gflops(self.tf32_tensor_tflops),
+                       bf16_gflops=gflops(self.bf16_tensor_fp32acc_tflops),
+                       arch=self.architecture, tdp_w=self.tdp_w)
 
     def with_values(self, values: Mapping[str, Any], source: str) -> "SpecSheet":
         """A copy with ``values`` (field -> typed value) replaced, each sourced
