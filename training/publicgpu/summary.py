@@ -1,0 +1,47 @@
+"""Counts of the published records and of the export log (``status``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from training.publicgpu.exports import Job, latest
+
+
+def record_counts(records: Iterable[dict]) -> dict[str, dict[str, int]]:
+    """Record counts by source/GPU, mode, layout, framework version and kind of architecture."""
+    tables: dict[str, Counter[str]] = {k: Counter() for k in
+                                       ("source / gpu", "source / mode / layout / torch", "arch_kind")}
+    for r in records:
+        src = r["provenance"]["repository"]
+        tables["source / gpu"][f"{src} / {r['env']['gpu_name']}"] += 1
+        tables["source / mode / layout / torch"][
+            f"{src} / {r['kind']} / {r['setup']['layout']} / {r['env']['torch_version']}"] += 1
+        tables["arch_kind"][f"{src} / {r['arch_kind']}"] += 1
+    return {k: dict(sorted(v.items())) for k, v in tables.items()}
+
+
+def export_summary(jobs: list[Job], entries: list[dict]) -> dict:
+    """Jobs done and left, outcomes by exporter, failure reasons (first 60 characters) by count."""
+    last = latest(entries)
+    keys = {j.key for j in jobs}
+    done = {k: e for k, e in last.items() if k in keys}
+    by_exporter: dict[str, Counter[str]] = {}
+    reasons: Counter[str] = Counter()
+    seconds: dict[str, list[float]] = {}
+    for (_, _, exporter), e in sorted(done.items()):
+        status = e["status"]
+        ext = e.get("extract") or {}
+        if status == "ok" and ext.get("status") == "error":
+            status = "ok, extract failed"
+            reasons[f"extract: {str(ext.get('error'))[:60]}"] += 1
+        by_exporter.setdefault(exporter, Counter())[status] += 1
+        if e["status"] != "ok":
+            reasons[f"{e['status']}: {str(e.get('reason'))[:60]}"] += 1
+        if e["status"] == "ok" and e.get("seconds") is not None:
+            seconds.setdefault(exporter, []).append(float(e["seconds"]))
+    median = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
+    return {"jobs": len(jobs), "done": len(done), "left": len(keys - set(done)),
+            "by_exporter": {k: dict(v) for k, v in sorted(by_exporter.items())},
+            "reasons": dict(reasons.most_common()),
+            "median_seconds": median, "total_hours": {k: round(sum(v) / 3600, 2) for k, v in seconds.items()}}
