@@ -238,3 +238,38 @@ def test_status_counts_records_and_exports(timm_dir, tmp_path, capsys):
         "huggingface/pytorch-image-models / NVIDIA GeForce RTX 3090": 1,
         "huggingface/pytorch-image-models / NVIDIA GeForce RTX 4090": 2}
     assert doc["exports"]["done"] == 1 and doc["exports"]["reasons"] == {"failed: RuntimeError: boom": 1}
+
+
+class _ScriptedWorker(ExportWorker):
+    """Answers as scripted: TorchScript fails on ``a`` (an unsupported op) and
+    times out on ``c``; every other export works."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran: list[tuple[str, str]] = []
+
+    def run(self, job):
+        self.ran.append((job["model"], job["exporter"]))
+        if job["exporter"] == "torchscript" and job["model"] == "a":
+            return {"status": "failed", "reason": "SymbolicValueError: Unsupported: ONNX export of Unfold"}
+        if job["exporter"] == "torchscript" and job["model"] == "c":
+            return {"status": "failed", "reason": "timeout: over 900 s"}
+        return {"status": "ok", "extract": {"status": "ok"}}
+
+
+def test_torchscript_failures_get_a_dynamo_fallback_after_the_queue(tmp_path):
+    archs = {(m, 224): {"batch": 64, "group": m, "params_m": 1.0} for m in "abc"}
+    jobs = exports.queue(archs, share=0.0)
+    w = _ScriptedWorker()
+    entries = list(exports.run(jobs, tmp_path / "cache", tmp_path / "log.jsonl", worker=w))
+    # a's fallback comes after the whole queue; c timed out: the other exporter would too
+    assert w.ran == [("a", "torchscript"), ("b", "torchscript"), ("c", "torchscript"), ("a", "dynamo")]
+    assert entries[-1]["fallback"] is True and entries[-1]["file"] == "dynamo/a@224.onnx"
+    # a run stopped before the fallbacks does them next time, and nothing else
+    log = tmp_path / "log2.jsonl"
+    w1 = _ScriptedWorker()
+    list(exports.run(jobs, tmp_path / "cache", log, worker=w1, limit=1))
+    assert w1.ran == [("a", "torchscript")]
+    w2 = _ScriptedWorker()
+    list(exports.run(jobs[:1], tmp_path / "cache", log, worker=w2))
+    assert w2.ran == [("a", "dynamo")]

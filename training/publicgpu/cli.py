@@ -68,7 +68,10 @@ def _status(args) -> int:
         for key, n in rows.items():
             print(f"  {n:6d}  {key}")
     e = doc["exports"]
-    print(f"exports ({log}): {e['jobs']} jobs, {e['done']} done, {e['left']} left")
+    print(f"exports ({log}): {e['jobs']} jobs, {e['done']} done, {e['left']} left, "
+          f"{e['fallbacks']} dynamo fallbacks; {e['architectures_usable']} of {e['architectures']} "
+          "architectures have a rebuild that extracts")
+    print(f"  median seconds per export: {e['median_seconds']}; hours in all: {e['total_hours']}")
     for exporter, s in e["by_exporter"].items():
         print(f"  {exporter}: " + ", ".join(f"{k} {v}" for k, v in s.items()))
     for reason, n in e["reasons"].items():

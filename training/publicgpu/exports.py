@@ -20,7 +20,7 @@ Every attempt appends one line to the log (``exports.jsonl``)::
 A re-run skips every ``(model, img_size, exporter)`` the log already holds
 (failures too, unless ``retry_failed``; an ``ok`` whose file is gone is
 redone). An architecture the TorchScript exporter fails on (not by time or
-memory) is tried with the dynamo exporter at once (``fallback: true``): use
+memory) is tried with the dynamo exporter after the queue (``fallback: true``): use
 :func:`training.publicgpu.cache.onnx_file` to find the rebuild of a record.
 The queue goes round-robin over families (timm modules), smallest models
 first within a family, so a partial run covers every family.
@@ -153,7 +153,8 @@ def run(jobs: list[Job], cache: Path, log: Path, *, timeout_s: float = 900.0,
         mem_limit_mb: float = 8000.0, max_params_m: float = MAX_PARAMS_M,
         retry_failed: bool = False, limit: int | None = None,
         worker: ExportWorker | None = None) -> Iterator[dict]:
-    """Do the pending jobs (at most ``limit``), logging and yielding each entry."""
+    """Do the pending jobs and then the dynamo fallbacks (at most ``limit`` exports
+    in all), logging and yielding each entry."""
     todo = pending(jobs, log, cache, retry_failed)[:limit]
     queued = {j.key for j in jobs}
     done = latest(read_log(log))
@@ -183,15 +184,29 @@ def run(jobs: list[Job], cache: Path, log: Path, *, timeout_s: float = 900.0,
                    f"{' extract ' + ext['status'] if ext else ''}")
         return entry
 
+    def fallback_of(j: Job, entry: dict) -> Job | None:
+        twin = Job(j.model, j.img_size, "dynamo", j.batch, j.group, j.params_m)
+        if j.exporter == "torchscript" and entry["status"] == "failed" \
+                and not str(entry.get("reason")).startswith(NO_FALLBACK) \
+                and twin.key not in queued and twin.key not in done:
+            return twin
+        return None
+
+    # failures of earlier runs whose fallback has not been tried yet come first among them
+    todo_keys = {j.key for j in todo}
+    fallbacks = [t for j in jobs if j.key in done and j.key not in todo_keys
+                 for t in [fallback_of(j, done[j.key])] if t is not None]
     try:
         for j in bar:
             entry = do(j)
             yield entry
-            twin = Job(j.model, j.img_size, "dynamo", j.batch, j.group, j.params_m)
-            if j.exporter == "torchscript" and entry["status"] == "failed" \
-                    and not entry["reason"].startswith(NO_FALLBACK) \
-                    and twin.key not in queued and twin.key not in done:
-                yield do(twin, fallback=True)  # the other exporter, for coverage
+            twin = fallback_of(j, entry)
+            if twin is not None:
+                fallbacks.append(twin)
+        # the other exporter for what TorchScript failed on: last, it is ~5x slower
+        room = len(fallbacks) if limit is None else max(0, limit - len(todo))
+        for twin in tqdm(fallbacks[:room], desc="dynamo fallbacks", unit="model"):
+            yield do(twin, fallback=True)
     finally:
         worker.close()
 

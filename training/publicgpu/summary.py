@@ -22,10 +22,12 @@ def record_counts(records: Iterable[dict]) -> dict[str, dict[str, int]]:
 
 
 def export_summary(jobs: list[Job], entries: list[dict]) -> dict:
-    """Jobs done and left, outcomes by exporter, failure reasons (first 60 characters) by count."""
+    """Jobs done and left, outcomes by exporter (dynamo fallbacks included),
+    failure reasons (first 60 characters) by count, export time."""
     last = latest(entries)
     keys = {j.key for j in jobs}
-    done = {k: e for k, e in last.items() if k in keys}
+    archs = {k[:2] for k in keys}
+    done = {k: e for k, e in last.items() if k[:2] in archs}
     by_exporter: dict[str, Counter[str]] = {}
     reasons: Counter[str] = Counter()
     seconds: dict[str, list[float]] = {}
@@ -41,7 +43,11 @@ def export_summary(jobs: list[Job], entries: list[dict]) -> dict:
         if e["status"] == "ok" and e.get("seconds") is not None:
             seconds.setdefault(exporter, []).append(float(e["seconds"]))
     median = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
-    return {"jobs": len(jobs), "done": len(done), "left": len(keys - set(done)),
+    usable = {k[:2] for k, e in done.items()
+              if e["status"] == "ok" and (e.get("extract") or {}).get("status") == "ok"}
+    return {"jobs": len(jobs), "done": len(keys & set(done)), "left": len(keys - set(done)),
+            "fallbacks": len(set(done) - keys), "architectures": len(archs),
+            "architectures_usable": len(usable),
             "by_exporter": {k: dict(v) for k, v in sorted(by_exporter.items())},
             "reasons": dict(reasons.most_common()),
             "median_seconds": median, "total_hours": {k: round(sum(v) / 3600, 2) for k, v in seconds.items()}}
