@@ -12,6 +12,7 @@ left behind by a large model).
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import time
@@ -40,12 +41,11 @@ def _child(conn: Connection) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    # deliberately lazy: torch reads the thread count when first imported (set above)
-    import gc
-
+    # deliberately lazy (torch and the exporter): torch reads the thread count when
+    # first imported (set above), and the parent never needs torch
     import torch
 
-    from training.publicgpu import export_one
+    from training.publicgpu import export_one  # lazy: imports torch
 
     torch.set_num_threads(1)
     while True:
