@@ -16,7 +16,7 @@ pytest.importorskip("timm")
 
 from perfseer_rt import extract  # noqa: E402
 from training.campaign.store import Store, dataset_folders, iter_records, on_cpu  # noqa: E402
-from training.publicgpu import cli, exports, families, neusight, timm_csv  # noqa: E402
+from training.publicgpu import cli, export_one, exports, families, neusight, timm_csv  # noqa: E402
 from training.publicgpu.build import build_neusight, build_timm  # noqa: E402
 from training.publicgpu.cache import onnx_file, onnx_name  # noqa: E402
 from training.publicgpu.worker import ExportWorker  # noqa: E402
@@ -273,3 +273,42 @@ def test_torchscript_failures_get_a_dynamo_fallback_after_the_queue(tmp_path):
     w2 = _ScriptedWorker()
     list(exports.run(jobs[:1], tmp_path / "cache", log, worker=w2))
     assert w2.ran == [("a", "dynamo")]
+
+
+def test_lean_exports_give_the_same_graph(tmp_path):
+    """All parameters sharing one buffer changes no shape, node or FLOP count."""
+    plain = export_one.export("test_resnet", 64, "torchscript", tmp_path / "plain.onnx")
+    lean = export_one.export("test_resnet", 64, "torchscript", tmp_path / "lean.onnx", lean=True)
+    assert lean["lean"] and not plain["lean"] and lean["params"] == plain["params"]
+    a, b = extract(str(tmp_path / "plain.onnx"), batch=3), extract(str(tmp_path / "lean.onnx"), batch=3)
+    assert a.globals["flops_total"] == b.globals["flops_total"] and a.num_nodes == b.num_nodes
+    ops = {k: v for k, v in plain["ops"].items() if k != "Identity"}  # merged equal initializers
+    assert {k: v for k, v in lean["ops"].items() if k != "Identity"} == ops
+
+
+def test_shared_parameters_keep_shapes_and_ties():
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(4, 3)
+    model = torch.nn.Sequential(lin, torch.nn.ReLU(), torch.nn.Linear(3, 4))
+    model[2].weight = torch.nn.Parameter(torch.zeros(4, 3))
+    extra = torch.nn.Module()
+    extra.tied = lin.weight  # the same parameter registered twice
+    model.add_module("extra", extra)
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    freed = export_one.share_parameters(model)
+    assert [tuple(p.shape) for p in model.parameters()] == shapes and freed == 4 * (12 + 3 + 12 + 4)
+    assert model.extra.tied is model[0].weight
+    ws = [p.detach().flatten() for p in model.parameters()]
+    assert len({w.data_ptr() for w in ws}) == len(ws)
+    assert not any(torch.equal(ws[i][:3], ws[j][:3]) for i in range(len(ws)) for j in range(i))
+
+
+def test_a_skipped_architecture_is_tried_when_a_later_run_allows_it(tmp_path):
+    job = exports.Job("big", 224, "torchscript", 64, "g", 500.0)
+    log = tmp_path / "log.jsonl"
+    (e,) = exports.run([job], tmp_path / "cache", log, max_params_m=400, worker=_NoWorker())
+    assert e["status"] == "skipped"
+    assert list(exports.run([job], tmp_path / "cache", log, max_params_m=400, worker=_NoWorker())) == []
+    w = _ScriptedWorker()
+    (e,) = exports.run([job], tmp_path / "cache", log, max_params_m=700, worker=w)
+    assert e["status"] == "ok" and w.ran == [("big", "torchscript")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -47,6 +48,8 @@ def _export(args) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     log = Path(args.log) if args.log else LOG
     statuses: Counter[str] = Counter()
+    # a plain `kill` stops the run like Ctrl-C: the export process is stopped with it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for entry in ex.run(jobs, cache, log, timeout_s=args.timeout, mem_limit_mb=args.mem_limit_mb,
                         max_params_m=args.max_params_m, retry_failed=args.retry_failed,
                         limit=args.limit):

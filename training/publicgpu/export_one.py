@@ -91,13 +91,42 @@ def build(name: str, img_size: int):
     return model.eval(), passed, default
 
 
-def export(name: str, img_size: int, exporter: str, out: Path) -> dict:
-    """Export ``name`` at ``img_size`` to ``out`` structure-only; the entry's export fields."""
+@torch.no_grad()
+def share_parameters(model: torch.nn.Module, seed: int = 0) -> int:
+    """Make every parameter a view into one shared random buffer (``lean`` exports).
+
+    Parameter ``i`` (in module order) becomes ``buf[i : i + numel]`` viewed at its
+    shape: no two parameters are equal (the exporter would merge equal
+    initializers), every shape and dtype stays, and the parameters take the
+    memory of the largest one instead of all of them, so the exporter's own
+    copies are what is left. Tied parameters stay tied. Values are random
+    normal (not timm's initialisation): only the structure is kept anyway.
+    Returns the bytes freed.
+    """
+    mods = [(m, leaf, p) for m in model.modules() for leaf, p in m._parameters.items() if p is not None]
+    olds: dict[int, torch.nn.Parameter] = {id(p): p for _, _, p in mods}
+    biggest = max((p.numel() for p in olds.values()), default=0)
+    gen = torch.Generator().manual_seed(seed)
+    buf = torch.randn(biggest + len(olds), generator=gen)
+    new: dict[int, torch.nn.Parameter] = {}
+    for i, (pid, p) in enumerate(olds.items()):
+        new[pid] = torch.nn.Parameter(buf[i:i + p.numel()].view(p.shape).to(p.dtype), requires_grad=False)
+    freed = sum(p.numel() * p.element_size() for p in olds.values())
+    for m, leaf, p in mods:
+        m._parameters[leaf] = new[id(p)]
+    return freed
+
+
+def export(name: str, img_size: int, exporter: str, out: Path, lean: bool = False) -> dict:
+    """Export ``name`` at ``img_size`` to ``out`` structure-only; the entry's export
+    fields. ``lean``: :func:`share_parameters` first (large models)."""
     timm = import_timm()
     t0 = time.perf_counter()
     torch.manual_seed(0)
     model, passed, default = build(name, img_size)
     params = int(sum(p.numel() for p in model.parameters()))
+    if lean:
+        share_parameters(model)
     x = torch.randn(TRACE_BATCH, 3, img_size, img_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings(), \
@@ -137,7 +166,7 @@ def export(name: str, img_size: int, exporter: str, out: Path) -> dict:
     part = out.with_name(out.name + ".part")
     part.write_bytes(blob)
     os.replace(part, out)  # never a partial file under the final name
-    return {"params": params, "default_res": default, "img_size_arg": passed,
+    return {"params": params, "default_res": default, "img_size_arg": passed, "lean": lean,
             "nodes": len(proto.graph.node), "ops": op_histogram(proto),
             "depthwise_convs": depthwise_convs(proto), "opset": proto.opset_import[0].version,
             "onnx_sha256": hashlib.sha256(blob).hexdigest(), "onnx_bytes": len(blob),
@@ -169,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("exporter", choices=EXPORTERS)
     ap.add_argument("out", type=Path)
     ap.add_argument("--batch", type=int, default=None, help="label batch to extract at")
+    ap.add_argument("--lean", action="store_true", help="share one buffer among all parameters")
     args = ap.parse_args(argv)
     try:
-        fields = export(args.model, args.img_size, args.exporter, args.out)
+        fields = export(args.model, args.img_size, args.exporter, args.out, lean=args.lean)
     except Exception as exc:  # noqa: BLE001 - the parent records the reason
         msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         print(f"{type(exc).__name__}: {msg}", file=sys.stderr)

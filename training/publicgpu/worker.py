@@ -54,7 +54,7 @@ def _child(conn: Connection) -> None:
             return
         try:
             fields = export_one.export(job["model"], job["img_size"], job["exporter"],
-                                       Path(job["out"]))
+                                       Path(job["out"]), lean=bool(job.get("lean")))
             if job.get("batch"):
                 fields["extract"] = export_one.check_extract(Path(job["out"]), job["batch"])
             answer = {"status": "ok", **fields}
