@@ -230,14 +230,22 @@ def test_limits_are_recorded_as_failures_not_hangs(tmp_path):
 def test_status_counts_records_and_exports(timm_dir, tmp_path, capsys):
     _records(timm_dir, tmp_path)
     log = tmp_path / "exports.jsonl"
-    log.write_text(json.dumps({"model": "resnet50", "img_size": 224, "exporter": "torchscript",
-                               "status": "failed", "reason": "RuntimeError: boom"}) + "\n")
+    ok = {"status": "ok", "seconds": 3.0, "extract": {"status": "ok", "flops": 100.0, "nodes": 10}}
+    entries = [{"model": "resnet50", "img_size": 224, "exporter": "torchscript",
+                "status": "failed", "reason": "RuntimeError: boom"},
+               {"model": "efficientnet_b0", "img_size": 224, "exporter": "torchscript", **ok},
+               {"model": "efficientnet_b0", "img_size": 224, "exporter": "dynamo", **ok,
+                "extract": {"status": "ok", "flops": 101.0, "nodes": 10}}]
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
     assert cli.main(["status", "--data", str(tmp_path / "data"), "--log", str(log), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["records"]["source / gpu"] == {
         "huggingface/pytorch-image-models / NVIDIA GeForce RTX 3090": 1,
         "huggingface/pytorch-image-models / NVIDIA GeForce RTX 4090": 2}
-    assert doc["exports"]["done"] == 1 and doc["exports"]["reasons"] == {"failed: RuntimeError: boom": 1}
+    e = doc["exports"]
+    assert (e["done"], e["fallbacks"], e["architectures"], e["architectures_usable"]) == (2, 1, 3, 1)
+    assert e["reasons"] == {"failed: RuntimeError: boom": 1}
+    assert e["exporters"]["pairs"] == 1 and e["exporters"]["flops_ratio_median"] == pytest.approx(1.01)
 
 
 class _ScriptedWorker(ExportWorker):

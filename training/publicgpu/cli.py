@@ -75,6 +75,7 @@ def _status(args) -> int:
           f"{e['fallbacks']} dynamo fallbacks; {e['architectures_usable']} of {e['architectures']} "
           "architectures have a rebuild that extracts")
     print(f"  median seconds per export: {e['median_seconds']}; hours in all: {e['total_hours']}")
+    print(f"  both exporters: {e['exporters']}")
     for exporter, s in e["by_exporter"].items():
         print(f"  {exporter}: " + ", ".join(f"{k} {v}" for k, v in s.items()))
     for reason, n in e["reasons"].items():

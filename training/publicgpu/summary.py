@@ -45,9 +45,29 @@ def export_summary(jobs: list[Job], entries: list[dict]) -> dict:
     median = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
     usable = {k[:2] for k, e in done.items()
               if e["status"] == "ok" and (e.get("extract") or {}).get("status") == "ok"}
-    return {"jobs": len(jobs), "done": len(keys & set(done)), "left": len(keys - set(done)),
+    return {"exporters": exporter_agreement(done), "jobs": len(jobs),
+            "done": len(keys & set(done)), "left": len(keys - set(done)),
             "fallbacks": len(set(done) - keys), "architectures": len(archs),
             "architectures_usable": len(usable),
             "by_exporter": {k: dict(v) for k, v in sorted(by_exporter.items())},
             "reasons": dict(reasons.most_common()),
             "median_seconds": median, "total_hours": {k: round(sum(v) / 3600, 2) for k, v in seconds.items()}}
+
+
+def exporter_agreement(done: dict[tuple[str, int, str], dict]) -> dict:
+    """Architectures rebuilt by both exporters: the dynamo graph's FLOPs and
+    extracted node count at the label batch over the TorchScript graph's."""
+    rows = []
+    for (model, img, exporter), e in done.items():
+        other = done.get((model, img, "torchscript"))
+        if exporter != "dynamo" or other is None:
+            continue
+        a, b = other.get("extract") or {}, e.get("extract") or {}
+        if a.get("status") == "ok" and b.get("status") == "ok" and a.get("flops"):
+            rows.append((f"{model}@{img}", b["flops"] / a["flops"], b["nodes"] / max(1, a["nodes"])))
+    if not rows:
+        return {"pairs": 0}
+    worst = max(rows, key=lambda r: abs(r[1] - 1.0))
+    return {"pairs": len(rows), "flops_ratio_median": sorted(r[1] for r in rows)[len(rows) // 2],
+            "flops_ratio_worst": [worst[0], round(worst[1], 4)],
+            "nodes_ratio_median": sorted(r[2] for r in rows)[len(rows) // 2]}
