@@ -320,3 +320,15 @@ def test_a_skipped_architecture_is_tried_when_a_later_run_allows_it(tmp_path):
     w = _ScriptedWorker()
     (e,) = exports.run([job], tmp_path / "cache", log, max_params_m=700, worker=w)
     assert e["status"] == "ok" and w.ran == [("big", "torchscript")]
+
+
+def test_records_refuses_an_empty_source_and_keeps_what_is_there(timm_dir, tmp_path, capsys):
+    out = tmp_path / "public-gpu"
+    assert cli.main(["records", "--timm-dir", str(timm_dir), "--out", str(out)]) == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*.jsonl"))
+    capsys.readouterr()  # the first run's progress bars
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["records", "--timm-dir", str(empty), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no timm benchmark CSVs in {empty}"
+    assert sorted(p.relative_to(out) for p in out.rglob("*.jsonl")) == before

@@ -12,10 +12,13 @@ from training.publicgpu.dataset import group_by_folder, write_folders
 
 def build_timm(folder: Path, out: Path) -> dict[str, int]:
     """The shared timm CSVs -> ``out/<gpu>/<mode>-amp-fp16-<layout>-pt<ver>`` folders."""
+    files = timm_csv.shared_files(folder)
+    if not files:  # never replace the committed records by nothing
+        raise timm_csv.BenchmarkFileError(f"no timm benchmark CSVs in {folder}")
     by_folder: dict[str, list[dict]] = {}
     settings: dict = {"source": timm_csv.SOURCE, "repository": timm_csv.REPOSITORY,
                       "licence": timm_csv.LICENCE, "files": {}}
-    for path in tqdm(timm_csv.shared_files(folder), desc="timm CSVs", unit="file"):
+    for path in tqdm(files, desc="timm CSVs", unit="file"):
         f = timm_csv.parse_name(path.name)
         by_folder.setdefault(f.folder, []).extend(timm_csv.read_file(path))
         settings["files"][path.name] = f.folder

@@ -28,7 +28,11 @@ def _records(args) -> int:
     # lazy: parsing the timm CSVs imports timm (families), the other commands do not need it
     from training.publicgpu.build import build_all
 
-    counts = build_all(Path(args.timm_dir), Path(args.neusight), Path(args.out))
+    try:
+        counts = build_all(Path(args.timm_dir), Path(args.neusight), Path(args.out))
+    except (ValueError, OSError) as exc:  # a missing folder or a file that is not what it claims
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for name, n in sorted(counts.items()):
         print(f"{n:6d}  {name}")
     print(f"{sum(counts.values()):6d}  records in {args.out}")
