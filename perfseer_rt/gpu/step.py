@@ -46,6 +46,9 @@ class StepConfig:
     sdpa: bool = True
     fold_bn: bool = True
     layout: str = "nchw"               #: "nchw" or "nhwc" (channels-last)
+    #: a training step ends with the optimizer update (False: forward, loss
+    #: and backward only, as some published training timings are)
+    update: bool = True
 
 
 def kernels(graph: PerfGraph, cfg: StepConfig) -> KernelTable:
@@ -55,8 +58,10 @@ def kernels(graph: PerfGraph, cfg: StepConfig) -> KernelTable:
     if cfg.mode != "train":
         return fwd
     opt = cfg.optimizer or B.get_optimizer(None)
-    return KernelTable.concat([B.training_forward(fwd), B.loss(graph, cfg.precision), B.backward(fwd),
-                               B.optimizer(graph, opt, cfg.precision)])
+    parts = [B.training_forward(fwd), B.loss(graph, cfg.precision), B.backward(fwd)]
+    if cfg.update:
+        parts.append(B.optimizer(graph, opt, cfg.precision))
+    return KernelTable.concat(parts)
 
 
 def host_ms(table: KernelTable, mode: str, scale: float = 1.0) -> np.ndarray:
