@@ -212,27 +212,27 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def accepted(fn: Callable[..., Any]) -> set[str]:
+def accepted(fn: Callable[..., Any]) -> tuple[set[str], set[str]]:
     """The keywords ``fn`` takes, but its first parameter (the model or
-    models, never an option); a ``**kwargs`` of ``fn`` is passed on to
-    :func:`perfseer_rt.predict` (as :func:`~perfseer_rt.predict.many.predict_many`
-    does), so it takes that call's keywords too."""
+    models, never an option): its own, and those a ``**kwargs`` of ``fn``
+    passes on to :func:`perfseer_rt.predict` (as
+    :func:`~perfseer_rt.predict.many.predict_many` does; empty without one)."""
     params = list(inspect.signature(fn).parameters.values())[1:]
-    names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        names |= accepted(api.predict)
-    return names
+    own = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    passed = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return own, (set().union(*accepted(api.predict)) - own if passed else set())
 
 
 def options_for(fn: Callable[..., Any]) -> list[tuple[Option, str]]:
     """The options a command whose library call is ``fn`` offers, each with
-    the keyword it goes to: those with a keyword ``fn`` accepts, in table
-    order (one per name: the first that fits)."""
-    takes = accepted(fn)
+    the keyword it goes to: those with a keyword ``fn`` accepts (one of its
+    own before one it passes on), in table order, one per name."""
+    own, passed = accepted(fn)
     out: list[tuple[Option, str]] = []
     names: set[str] = set()
     for opt in OPTIONS:
-        kw = next((k for k in opt.keywords if k in takes), None)
+        kw = next((k for k in opt.keywords if k in own), None) or \
+            next((k for k in opt.keywords if k in passed), None)
         if kw is not None and opt.name not in names:
             out.append((opt, kw))
             names.add(opt.name)
