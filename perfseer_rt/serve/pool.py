@@ -27,7 +27,10 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.predict.api import _session
+from perfseer_rt.predict.registry import get_predictor
 from perfseer_rt.serve.errors import HTTPError, one_line, status_for
+from perfseer_rt.serve.jobs import JOBS
 
 #: Imported once by the forkserver, so every worker starts with them.
 PRELOAD = ["perfseer_rt.serve.jobs"]
@@ -54,9 +57,6 @@ def rss_mb() -> float:
 def _warm() -> None:
     """Load the default predictor and its onnxruntime session, so the first
     job does not pay for them."""
-    from perfseer_rt.predict.api import _session
-    from perfseer_rt.predict.registry import get_predictor
-
     pred = get_predictor(None)
     _session(str(pred.model_file()), pred.threads)
 
@@ -64,8 +64,6 @@ def _warm() -> None:
 def worker_main(conn: Connection) -> None:
     """A worker's loop: ``("ready", pid)`` once warm, then one reply per job
     message ``(job, path, label, kwargs)`` until None or the pipe closes."""
-    from perfseer_rt.serve.jobs import JOBS
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself
     try:
         _warm()
