@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
+import platform
 import signal
 import socket
 import subprocess
@@ -15,6 +19,27 @@ from typing import Iterator
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def report(name: str, doc: dict) -> None:
+    """Print a measurement, with when and where it was made; also write it as
+    ``$PERFSEER_RT_SERVE_REPORT/<name>.json`` when that variable is set
+    (reports/serve/ keeps them)."""
+    doc = {"measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
+           "load_average_1min": round(os.getloadavg()[0], 2), **doc}
+    print(json.dumps(doc, indent=1))
+    out = os.environ.get("PERFSEER_RT_SERVE_REPORT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def free_port() -> int:

@@ -9,10 +9,6 @@ bounds that follow from the server's settings, not on speed.
 """
 
 import asyncio
-import datetime
-import json
-import os
-import platform
 import threading
 import time
 from pathlib import Path
@@ -23,29 +19,11 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 psutil = pytest.importorskip("psutil")
 
-from tests.live_server import load, peak_rss_mb, probing, serving, tree_memory_mb  # noqa: E402
+from tests.live_server import load, peak_rss_mb, probing, report, serving, tree_memory_mb  # noqa: E402
 from tests.onnx_builders import single_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # live servers and hundreds of requests: ~1-3 min in all
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def report(name: str, doc: dict) -> None:
-    doc = {"measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
-           "load_average_1min": round(os.getloadavg()[0], 2), **doc}
-    print(json.dumps(doc, indent=1))
-    out = os.environ.get("PERFSEER_RT_SERVE_REPORT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
 @pytest.fixture(scope="module")
