@@ -30,16 +30,19 @@ def server(tmp_path_factory):
     secret = base / "outside.onnx"
     secret.write_bytes(EXAMPLE.read_bytes())
     (models / "link.onnx").symlink_to(secret)          # a symlink pointing outside
+    uploads = base / "uploads"
+    uploads.mkdir()
     port = free_port()
     log_path = base / "server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfseer_rt.cli", "serve", "--host", "127.0.0.1", "--port",
-         str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB)],
+         str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB),
+         "--upload-dir", str(uploads)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc, log_path, 120, "/readyz")
-    yield {"url": url, "log": log_path, "proc": proc, "models": models}
+    yield {"url": url, "log": log_path, "proc": proc, "models": models, "uploads": uploads}
     proc.terminate()
     proc.wait(timeout=30)
     log.close()
@@ -188,6 +191,24 @@ def test_one_gigabyte_upload_is_refused_early(server):
     assert resp.status_code == 413
     # the server is still fine
     assert httpx.get(server["url"] + "/healthz").status_code == 200
+
+
+def test_a_client_leaving_mid_upload(server):
+    """The upload's temporary file is removed, nothing is logged as a
+    traceback (checked when the server stops), and the server goes on."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", int(server["url"].rsplit(":", 1)[1]))) as s:
+        s.sendall(b"POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n"
+                  b"Content-Length: 1000000\r\n\r\n" + bytes(1000))
+        time.sleep(0.5)
+    deadline = time.monotonic() + 10
+    while list(server["uploads"].iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(server["uploads"].iterdir()) == []
+    assert httpx.get(server["url"] + "/healthz").status_code == 200
+    resp = httpx.post(server["url"] + "/predict", content=EXAMPLE.read_bytes(), timeout=60)
+    assert resp.status_code == 200 and list(server["uploads"].iterdir()) == []
 
 
 def test_no_model_folder_reads_no_paths(tmp_path):

@@ -42,6 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from perfseer_rt import __version__
 from perfseer_rt.errors import PerfSeerError
@@ -210,9 +211,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 if exc.status == 504:
                     metrics.rejected.labels("deadline").inc()
                 raise
-            except RuntimeError as exc:
-                log.error("%s %s -> 500 %s", request.method, request.url.path, one_line(exc))
-                raise HTTPError(500, "internal error", "InternalError") from None
+        except ClientDisconnect:
+            log.info("%s %s: the client left before its body was read", request.method,
+                     request.url.path)
+            return Response(status_code=400)  # nobody reads it
+        except (HTTPError, PerfSeerError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug: one line in the log, never a traceback
+            log.error("%s %s -> 500 %s: %s", request.method, request.url.path, type(exc).__name__,
+                      one_line(exc))
+            raise HTTPError(500, "internal error", "InternalError") from None
         finally:
             state.admitted -= 1
             body.discard()
