@@ -42,7 +42,7 @@ step "engine answers ($((SECONDS - t0)) s)"
 
 if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   rootfs=$(mktemp -d /tmp/perfseer-rt-rootfs.XXXXXX)
-  trap 'rm -rf "$rootfs"' EXIT
+  trap 'rm -rf "$rootfs"' ERR INT TERM
   step "debootstrap $SUITE into $rootfs"
   debootstrap --variant=minbase --include=python3,python3-pip,python3-venv \
     "$SUITE" "$rootfs" "$MIRROR" >/dev/null
@@ -57,5 +57,7 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   tar -C "$rootfs" -c . | docker import \
     --change 'ENV LANG=C.UTF-8 PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
     --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
+  trap - ERR INT TERM
+  (rm -rf "$rootfs" &)  # tens of thousands of files: removed while the caller goes on
 fi
 step "base image $BASE_IMAGE ready ($((SECONDS - t0)) s)"

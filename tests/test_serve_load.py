@@ -79,10 +79,11 @@ def test_load_at_1_4_and_64_clients(tmp_path, models):
             refused += row["status"].get("429", 0)
         text = httpx.get(s.url + "/metrics").text
     assert metric(text, 'perfseer_rt_rejected_total{reason="queue_full"}') == refused
-    assert metric(text, 'perfseer_rt_requests_total{endpoint="/healthz",status="200"}') == \
-        sum(r["healthz"]["probes"] for r in rows)
+    probes = sum(r["healthz"]["probes"] for r in rows)  # (a prober stopped mid-request: +1 each)
+    assert probes <= metric(text, 'perfseer_rt_requests_total{endpoint="/healthz",status="200"}') \
+        <= probes + 3
     report("load", {"command": "PERFSEER_RT_SERVE_REPORT=reports/serve python -m pytest "
-                    "tests/test_serve_load.py -k load -s",
+                    "tests/test_serve_load.py -k clients -s",
                     "server": f"perfseer-rt serve --max-concurrency {CONCURRENCY} --max-queue "
                               f"{QUEUE} --queue-wait-s 60",
                     "request": "POST /predict?path=resnet18.onnx (examples/resnet18.onnx, batch 1)",
@@ -164,7 +165,7 @@ def test_memory_bounded_with_concurrent_250mb_uploads(tmp_path, big_model):
     stays under idle + max-concurrency x 3 x the model's size (only the jobs
     running hold a model; the others wait on disk)."""
     args = ["--max-concurrency", "2", "--max-queue", "4", "--max-upload-mb", "256",
-            "--timeout-s", "600", "--upload-dir", str(tmp_path)]
+            "--timeout-s", "600", "--queue-wait-s", "900", "--upload-dir", str(tmp_path)]
     size = big_model.stat().st_size
     bound_mb = None
     with serving(tmp_path, *args) as s:
