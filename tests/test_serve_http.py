@@ -70,16 +70,39 @@ def test_bert_with_dim_in_every_body_form(url):
 def test_input_shapes_precision_metrics_and_mig(url):
     resp = post(url, params=[("path", "bert_base.onnx"), ("input", "input_ids:2x64"),
                              ("input", "attention_mask:2x64"), ("device", "h100"),
-                             ("precision", "bf16-tc"), ("metrics", "latency_ms,peak_mem_mb")])
+                             ("precision", "amp-bf16"), ("metrics", "latency_ms,peak_mem_mb")])
     assert resp.status_code == 200, resp.text
     (doc,) = resp.json()
-    local = predict_many([str(BERT)], [None], device="h100", precision="bf16-tc",
+    local = predict_many([str(BERT)], [None], device="h100", precision="amp-bf16",
                          input_shapes={"input_ids": (2, 64), "attention_mask": (2, 64)},
                          metrics=["latency_ms", "peak_mem_mb"], progress=False)[0]
-    assert doc["batch"] == 2 and doc["precision"] == "bf16-tc"
+    assert doc["batch"] == 2 and doc["precision"] == local["precision"] == "amp-bf16"
     assert set(doc["metrics"]) == {"latency_ms", "peak_mem_mb"}
     assert doc["metrics"]["latency_ms"]["value"] == pytest.approx(local["metrics"]["latency_ms"]["value"])
-    assert doc["mig"]["gpu"] == "h100-80gb" and doc["mig"]["profile"] == local["mig"]["profile"]
+    assert doc["mig"] == local["mig"] and doc["mig"]["profile"]  # the smallest slice that holds it
+
+
+def test_a_training_step_on_a_mig_slice_with_every_gpu_option(url):
+    """optimizer, layout, power_limit and mig_profile: the CLI's GPU options,
+    by the same names, give what predict_many gives."""
+    params = {"path": "bert_base.onnx", "dim": "seq=128", "device": "h100", "mode": "train",
+              "precision": "amp-fp16", "optimizer": "sgd", "layout": "nhwc", "power_limit": "300",
+              "mig_profile": "3g.40gb"}
+    resp = post(url, params=params)
+    assert resp.status_code == 200, resp.text
+    (doc,) = resp.json()
+    local = predict_many([str(BERT)], [None], dims={"seq": 128}, device="h100", mode="train",
+                         precision="amp-fp16", optimizer="sgd", layout="nhwc", power_limit_w=300.0,
+                         mig_profile="3g.40gb", progress=False)[0]
+    assert doc["device"] == local["device"] and "3g.40gb" in doc["device"]
+    assert (doc["optimizer"], doc["layout"], doc["mode"]) == ("sgd", "nhwc", "train")
+    assert {k: m["value"] for k, m in doc["metrics"].items()} == pytest.approx(
+        {k: m["value"] for k, m in local["metrics"].items()})
+    for bad, piece in ((("optimizer", "lion"), "optimizer 'lion' is not one of"),
+                       (("power_limit", "0"), "power_limit '0': expected watts"),
+                       (("layout", "nwhc"), "layout 'nwhc' is not one of")):
+        resp = post(url, params={**params, bad[0]: bad[1]})
+        assert resp.status_code == 400 and piece in resp.json()["error"], resp.text
 
 
 def test_predictor_choice_and_training_step(url):
@@ -132,6 +155,8 @@ BAD = [  # (request, status, a piece of the message)
     ({"params": {"path": "resnet18.onnx", "device": "tpu"}}, 400, "unknown device 'tpu'"),
     ({"params": {"path": "resnet18.onnx", "metrics": "joy"}}, 400, "does not predict joy"),
     ({"params": {"path": "resnet18.onnx", "precision": "fp8"}}, 400, "precision 'fp8'"),
+    ({"params": {"path": "resnet18.onnx", "mig_profile": "9g.1tb", "device": "h100"}}, 400,
+     "9g.1tb"),
     ({"params": {"path": "bert_base.onnx"}}, 422, "--dim seq=N"),
     ({}, 422, "no model"),
     ({"params": {"path": "resnet18.onnx"}, "content": RESNET.read_bytes(),

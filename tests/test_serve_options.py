@@ -41,29 +41,29 @@ def test_a_new_option_appears_on_the_cli_and_over_http(monkeypatch):
     pytest.importorskip("fastapi")
     from perfseer_rt.serve.params import RequestLimits, openapi_parameters, parse_request
 
-    new = options.Option("optimizer", ("optimizer",), "Training optimizer.",
-                         options.choice(("sgd", "adamw")), choices=("sgd", "adamw"))
+    new = options.Option("schedule", ("schedule",), "Learning-rate schedule.",
+                         options.choice(("cosine", "step")), choices=("cosine", "step"))
     monkeypatch.setattr(options, "OPTIONS", options.OPTIONS + (new,))
     seen = {}
 
-    def call(model, device=None, optimizer=None):
-        seen.update(device=device, optimizer=optimizer)
+    def call(model, device=None, schedule=None):
+        seen.update(device=device, schedule=schedule)
 
     @click.command()
     @spec_options(call)
     def cmd(**opts):
         call("m.onnx", **spec_values(call, opts))
 
-    res = CliRunner().invoke(cmd, ["--optimizer", "adamw", "--device", "h100"])
+    res = CliRunner().invoke(cmd, ["--schedule", "step", "--device", "h100"])
     assert res.exit_code == 0, res.output
-    assert seen == {"device": "h100", "optimizer": "adamw"}
-    assert "--optimizer [sgd|adamw]" in CliRunner().invoke(cmd, ["--help"]).output
-    req = parse_request(call, {"optimizer": ["sgd"]}, RequestLimits())
-    assert req.kwargs == {"optimizer": "sgd"}
-    param = next(p for p in openapi_parameters(call) if p["name"] == "optimizer")
-    assert param["schema"]["enum"] == ["sgd", "adamw"] and "`--optimizer`" in param["description"]
-    with pytest.raises(OptionError, match="optimizer 'adam' is not one of 'sgd', 'adamw'"):
-        parse_request(call, {"optimizer": ["adam"]}, RequestLimits())
+    assert seen == {"device": "h100", "schedule": "step"}
+    assert "--schedule [cosine|step]" in CliRunner().invoke(cmd, ["--help"]).output
+    req = parse_request(call, {"schedule": ["cosine"]}, RequestLimits())
+    assert req.kwargs == {"schedule": "cosine"}
+    param = next(p for p in openapi_parameters(call) if p["name"] == "schedule")
+    assert param["schema"]["enum"] == ["cosine", "step"] and "`--schedule`" in param["description"]
+    with pytest.raises(OptionError, match="schedule 'linear' is not one of 'cosine', 'step'"):
+        parse_request(call, {"schedule": ["linear"]}, RequestLimits())
 
 
 def test_keywords_passed_on_to_predict_reach_it(monkeypatch):
@@ -72,24 +72,23 @@ def test_keywords_passed_on_to_predict_reach_it(monkeypatch):
     import perfseer_rt.predict.api as api
     import perfseer_rt.predict.many as many
 
-    new = options.Option("power_limit", ("power_limit_w",), "Board power limit, W.",
-                         options.parse_limit)
+    new = options.Option("clock", ("clock_mhz",), "SM clock, MHz.", options.parse_limit)
     monkeypatch.setattr(options, "OPTIONS", options.OPTIONS + (new,))
     real = api.predict
     got = {}
 
     def predict(models, batch=None, device=None, metrics=None, input_shapes=None, model=None,
-                precision=None, dims=None, mode="inference", power_limit_w=None):
-        got["power_limit_w"] = power_limit_w
+                precision=None, dims=None, mode="inference", clock_mhz=None):
+        got["clock_mhz"] = clock_mhz
         return real(models, device=device, metrics=metrics, model=model, precision=precision,
                     mode=mode)
 
     monkeypatch.setattr(api, "predict", predict)
     monkeypatch.setattr(many, "predict", predict)
-    assert ("power_limit", "power_limit_w") in [(o.name, k) for o, k in options.options_for(predict_many)]
-    kwargs = options.parse_options(predict_many, {"power_limit": ["300"]})
+    assert ("clock", "clock_mhz") in [(o.name, k) for o, k in options.options_for(predict_many)]
+    kwargs = options.parse_options(predict_many, {"clock": ["1410"]})
     predict_many([str(RESNET)], [1], progress=False, **kwargs)
-    assert got == {"power_limit_w": 300.0}
+    assert got == {"clock_mhz": 1410.0}
 
 
 def test_cli_predict_and_check_take_the_table_options():

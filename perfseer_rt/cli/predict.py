@@ -153,10 +153,14 @@ def predict(models: tuple[str, ...], as_json: bool, keep_going: bool, workers: i
         sys.exit(2)
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def devices(as_json: bool) -> None:
-    """List the predictors (shipped and calibrated) with their test accuracy."""
+@click.pass_context
+def devices(ctx: click.Context, as_json: bool) -> None:
+    """List the predictors (shipped and calibrated) with their test accuracy;
+    the subcommands add and remove your own GPUs (from their spec sheets)."""
+    if ctx.invoked_subcommand is not None:
+        return
     rows = [{**r, "train_mode": summary(r["device"])} for r in device_rows()]
     if as_json:
         emit_json(rows)

@@ -13,7 +13,6 @@ from tqdm import tqdm
 
 from perfseer_rt.errors import ModelLoadError, PerfSeerError
 from perfseer_rt.graph.many import iter_extract_many
-from perfseer_rt.predict import options
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.train_mode import predictor_for
 
@@ -39,7 +38,16 @@ def expand_models(paths: Sequence[str]) -> list[str]:
 
 def parse_batches(text: str | None) -> list[int | None]:
     """``"1,8,32"`` -> ``[1, 8, 32]``; None -> ``[None]`` (the model's own batch)."""
-    return [None] if text is None else list(options.parse_batches("--batch", [text]))
+    if text is None:
+        return [None]
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+        if not values or any(v < 1 for v in values):
+            raise ValueError
+    except ValueError:
+        raise PerfSeerError(f"--batch {text!r}: expected positive integers separated by "
+                            "commas, e.g. --batch 1,8,32") from None
+    return list(dict.fromkeys(values))
 
 
 def predict_many(models: list[str], batches: list[int | None], *, device: str | None = None,
@@ -49,15 +57,16 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  dims: dict[str, int] | None = None,
                  progress: bool | None = None, mode: str = "inference", workers: int = 1,
                  on_error: Callable[[str, PerfSeerError], None] | None = None,
-                 **predict_kwargs: Any) -> list[dict[str, Any]]:
+                 **gpu_options: Any) -> list[dict[str, Any]]:
     """Predict every model at every batch size: extraction per model (all its
     batch sizes in one pass, :func:`~perfseer_rt.graph.iter_extract_many`, in
     ``workers`` processes) with a progress bar on stderr when there are many,
     then one batched prediction (``mode``: ``"inference"`` or ``"train"``, as
     :func:`predict`). Results are in model-major order. A model that fails to
     extract raises its error, or with ``on_error`` is passed to it (model,
-    error) and left out while the others are predicted. ``predict_kwargs``:
-    any further keyword of :func:`predict`, passed on."""
+    error) and left out while the others are predicted. ``gpu_options``
+    (``optimizer``, ``layout``, ``power_limit_w``, ``mig_profile``) go to
+    :func:`predict` as they are."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
     predictor_for(device, mode)
     total = len(models) * len(batches)
@@ -80,7 +89,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     if not graphs:
         return []
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision, mode=mode, **predict_kwargs)
+                      precision=precision, mode=mode, **gpu_options)
     for r, m in zip(results, names):
         r["model"] = m
     return results

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfseer_rt.errors import OptionError
-from perfseer_rt.gpu.predict import PRECISIONS
+from perfseer_rt.gpu.backward import OPTIMIZERS
+from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
+from perfseer_rt.gpu.precision import PRECISIONS
+from perfseer_rt.gpu.predictor import LAYOUTS
 from perfseer_rt.predict import api
 from perfseer_rt.predict.manifest import MODES
 
@@ -168,6 +171,18 @@ def parse_limit(flag: str, values: Sequence[str]) -> float:
     return value
 
 
+def parse_power(flag: str, values: Sequence[str]) -> float:
+    """A power cap: watts in 1..5000."""
+    text = _one(flag, values)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1.0 <= value <= 5000.0:
+        raise OptionError(f"{flag} {text!r}: expected watts between 1 and 5000")
+    return value
+
+
 def choice(choices: tuple[str, ...]) -> Callable[[str, Sequence[str]], str]:
     def parse(flag: str, values: Sequence[str]) -> str:
         text = _one(flag, values)
@@ -179,6 +194,8 @@ def choice(choices: tuple[str, ...]) -> Callable[[str, Sequence[str]], str]:
 
 
 # ------------------------------------------------------------------ the table
+_PRECISIONS = tuple(PRECISIONS) + tuple(PRECISION_ALIASES)
+
 OPTIONS: tuple[Option, ...] = (
     Option("batch", ("batches",), "Batch size(s), e.g. 8 or 1,8,32 (default: the model's "
            "own, else 1).", parse_batches, metavar="N[,N...]", example="1,8"),
@@ -198,13 +215,22 @@ OPTIONS: tuple[Option, ...] = (
            parse_list, metavar="NAME[,NAME...]", example="latency_ms,peak_mem_mb"),
     Option("model", ("model", "model_name", "predictor_model"), "Which of the device's "
            "predictors (default: the most accurate).", parse_name),
-    Option("precision", ("precision",), "GPU-prior devices: "
-           + ", ".join(PRECISIONS) + " (fp32, the data's, by default; the others under a "
-           "stated assumption).", choice(PRECISIONS), choices=PRECISIONS),
+    Option("precision", ("precision",), "GPU devices: how PyTorch runs the model: fp32 "
+           "(PyTorch's defaults: TF32 convolutions), tf32, fp32-strict, amp-fp16, amp-bf16 "
+           "(autocast), fp16, bf16 (half models); default fp32.",
+           choice(_PRECISIONS), choices=_PRECISIONS),
     Option("mode", ("mode",), "inference: one inference call (default); train: one training "
            "step (forward, loss, backward, optimizer update) with the device's training-step "
            "predictor (GPU-prior devices: priced from their kernel prior, AdamW).",
            choice(MODES), choices=MODES, default="inference"),
+    Option("optimizer", ("optimizer",), "GPU devices, mode train: the optimizer of the step "
+           "(default adamw).", choice(tuple(OPTIMIZERS)), choices=tuple(OPTIMIZERS)),
+    Option("layout", ("layout",), "GPU devices: memory format (nhwc: channels-last); default "
+           "nchw.", choice(LAYOUTS), choices=LAYOUTS),
+    Option("power_limit", ("power_limit_w",), "GPU devices: a power cap in watts.", parse_power,
+           metavar="W", example="300"),
+    Option("mig_profile", ("mig_profile",), "MIG-capable GPU devices: predict on this slice "
+           "(e.g. 1g.10gb).", parse_name, metavar="PROFILE", example="1g.10gb"),
     Option("max_latency_ms", ("max_latency_ms",), "Latency budget, ms (a training step's "
            "with mode train).", parse_limit, metavar="MS", example="50"),
     Option("max_memory_mb", ("max_memory_mb",), "Memory budget, MiB (over the process "

@@ -26,9 +26,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
+from onnx import TensorProto, helper
+
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.predict.api import _session
-from perfseer_rt.predict.registry import get_predictor
+from perfseer_rt.predict.api import predict
 from perfseer_rt.serve.errors import HTTPError, one_line, status_for
 from perfseer_rt.serve.jobs import JOBS
 
@@ -55,10 +56,13 @@ def rss_mb() -> float:
 
 
 def _warm() -> None:
-    """Load the default predictor and its onnxruntime session, so the first
-    job does not pay for them."""
-    pred = get_predictor(None)
-    _session(str(pred.model_file()), pred.threads)
+    """Predict a one-node model on the default device: the predictor, its
+    sessions and the extractor are loaded before the first job needs them
+    (and a broken install shows here, on /readyz)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    predict(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
 
 
 def worker_main(conn: Connection) -> None:
