@@ -145,6 +145,20 @@ def test_check_and_fit_read_step_ms_in_train_mode(tfm_path):
     assert ans["value"] is not None and ans["value"] >= 1
 
 
+def test_a_mig_slice_is_a_budget_for_check_and_fit(tfm_path):
+    small = check(tfm_path, "a100-80gb-sxm", batch=4, mig_profile="1g.10gb", max_latency_ms=1e6)
+    (mem,) = [c for c in small["checks"] if c["metric"] == "peak_mem_mb"]
+    assert mem["limit"] == pytest.approx(10 * 1024 * 0.95) and small["prediction"]["device"].endswith("[1g.10gb]")
+    one, seven = (fit(tfm_path, "a100-80gb-sxm", max_memory_mb=None, mig_profile=p, max_value=4096)["value"]
+                  for p in ("1g.10gb", "7g.80gb"))
+    assert one is not None and seven > one
+    code, out, err = _run("fit", tfm_path, "--device", "a100-80gb-sxm", "--mig-profile", "2g.20gb", "--json")
+    assert code == 0, err
+    assert json.loads(out)["limits"]["peak_mem_mb"] == pytest.approx(20 * 1024 * 0.95)
+    with pytest.raises(DeviceError, match="MIG profile"):
+        check(tfm_path, "rtx-4090", mig_profile="1g.10gb", max_latency_ms=1.0)
+
+
 def test_a_user_gpu_from_its_spec_sheet_answers_every_command(tmp_path, tfm_path):
     sheet = json.loads(next(p for n, (p, _) in shipped_gpu_specs().items() if n == "l4").read_text())
     sheet["name"] = "My downclocked L4"

@@ -89,9 +89,9 @@ def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_fil
     layer = L.load_learned(str(tmp_path))
     table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
     ms = layer.kernel_ms(table, SPEC, "nchw", True)
-    x = torch.from_numpy(LF.features(table, SPEC, "nchw", True)).double()
+    x = torch.from_numpy(LF.features(table, SPEC, "nchw", True))
     t_c, t_m = LF.roofline_ms(table, SPEC)
     with torch.no_grad():
-        want = np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).numpy()) + \
+        want = np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).double().numpy()) + \
             float(torch.exp(model.log_launch_ms)) * table["launches"]
     assert ms == pytest.approx(want, rel=1e-4)

@@ -231,28 +231,21 @@ def check(model: str, as_json: bool, **opts: Any) -> None:
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@_device_opt
-@click.option("--max-memory-mb", type=float, required=True,
-              help="Memory budget, MiB (over the process baseline, as predicted).")
-@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
-@click.option("--dim", default=None, metavar="NAME",
+@spec_options(do_fit)
+@click.option("--dim", "dim", default=None, metavar="NAME",
               help="Search this named input dim (e.g. seq) instead of the batch.")
-@click.option("--batch", type=click.IntRange(min=1), default=None,
-              help="Batch size while searching --dim (default 1).")
 @click.option("--max-value", type=click.IntRange(min=1), default=1 << 16, show_default=True,
               help="Largest value to try.")
-@_model_opt
-@_mode_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
-def fit(model: str, device: str | None, max_memory_mb: float, max_latency_ms: float | None,
-        dim: str | None, batch: int | None, max_value: int, model_name: str | None, mode: str,
-        as_json: bool) -> None:
-    """The largest batch (or --dim value) of MODEL within budget on a device.
+def fit(model: str, dim: str | None, max_value: int, as_json: bool, **opts: Any) -> None:
+    """The largest batch (or --dim value) of MODEL within budget on a device
+    (--max-memory-mb, or the usable memory of --mig-profile on a MIG GPU).
 
     Judged by the upper end of each prediction's interval when there is one.
     Exit 0 with an answer, 1 when even 1 breaks the budget, 2 on bad input."""
-    ans = do_fit(model, device, max_memory_mb=max_memory_mb, max_latency_ms=max_latency_ms,
-                 dim=dim, batch=batch, predictor_model=model_name, max_value=max_value, mode=mode)
+    kwargs = spec_values(do_fit, opts)  # perfseer_rt/predict/options.py
+    kwargs.setdefault("max_memory_mb", None)
+    ans = do_fit(model, dim=dim, max_value=max_value, **kwargs)
     if as_json:
         emit_json(ans)
     else:

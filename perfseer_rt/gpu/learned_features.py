@@ -21,9 +21,11 @@ from perfseer_rt.gpu.kernel_table import CLASSES, KernelTable
 from perfseer_rt.gpu.pricing import peak_array
 from perfseer_rt.gpu.specs import GpuSpec
 
-FEATURE_VERSION = "gpu-kernel-1"
+FEATURE_VERSION = "gpu-kernel-2"
 CLASS_NAMES = tuple(CLASSES)
-PEAK_NAMES = ("fp32", "tf32", "fp16", "bf16", "none")
+#: Maths on tensor cores (one flag: the data has fp16 tensor-core kernels only,
+#: and a one-hot per format would leave TF32 and bf16 untrained)
+TENSOR_CORE = ("tf32", "fp16", "bf16")
 PHASE_NAMES = ("forward", "backward", "loss", "optimizer")
 #: Output tile side (elements) of the GEMM wave features (a common
 #: tensor-core CTA tile).
@@ -32,7 +34,7 @@ TILE = 128
 
 def names() -> list[str]:
     """Feature names in column order."""
-    return ([f"cls_{c}" for c in CLASS_NAMES] + [f"peak_{p}" for p in PEAK_NAMES]
+    return ([f"cls_{c}" for c in CLASS_NAMES] + ["tensor_core"]
             + [f"phase_{p}" for p in PHASE_NAMES]
             + ["nhwc", "nhwc_x_conv", "half_bytes", "log10_tc_us", "log10_tm_us", "log2_tc_over_tm",
                "log2_bytes_over_l2", "log2_m", "log2_n", "log2_k", "log2_batch", "log2_waves",
@@ -58,8 +60,9 @@ def features(table: KernelTable, spec: GpuSpec, layout: str, half: bool) -> np.n
     n = len(table)
     t_c, t_m = roofline_ms(table, spec)
     cols: list[np.ndarray] = []
-    for names_, key in ((CLASS_NAMES, "cls"), (PEAK_NAMES, "peak"), (PHASE_NAMES, "phase")):
-        cols += [(table[key] == v).astype(np.float64) for v in names_]
+    cols += [(table["cls"] == v).astype(np.float64) for v in CLASS_NAMES]
+    cols.append(np.isin(table["peak"], TENSOR_CORE).astype(np.float64))
+    cols += [(table["phase"] == v).astype(np.float64) for v in PHASE_NAMES]
     cls = table["cls"]
     conv = np.isin(cls, ("conv", "conv_grouped", "pool", "norm_bn"))
     nhwc = np.full(n, 1.0 if layout == "nhwc" else 0.0)

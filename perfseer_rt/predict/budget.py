@@ -18,10 +18,13 @@ from typing import Any
 
 import onnx
 
-from perfseer_rt.errors import MetricError, ModelLoadError, PerfSeerError, ShapeError
+from perfseer_rt.errors import DeviceError, MetricError, ModelLoadError, PerfSeerError, ShapeError
+from perfseer_rt.gpu.mig_advice import USABLE_FRACTION
 from perfseer_rt.graph.extract import extract
+from perfseer_rt.predict import registry
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.implementations import implementation
+from perfseer_rt.predict.mig import MIG_PROFILES
 from perfseer_rt.predict.train_mode import predictor_for
 
 #: The largest value :func:`fit` tries (2**16).
@@ -75,6 +78,23 @@ def _mem_metric(metrics: list[str]) -> str:
     return next((m for m in metrics if m.startswith("peak_mem")), "peak_mem_mb")
 
 
+def slice_memory(device: str | None, mig_profile: str | None, max_memory_mb: float | None) -> float | None:
+    """The memory budget: ``max_memory_mb`` when given, else the usable MiB
+    of the MIG slice ``mig_profile`` of ``device`` (None without either).
+
+    Raises:
+        DeviceError: a profile the device's MIG table does not have.
+    """
+    if max_memory_mb is not None or mig_profile is None:
+        return max_memory_mb
+    table = registry.get_predictor(device).mig_gpu
+    profiles = {p.name: p for p in MIG_PROFILES.get(table or "", ())}
+    if mig_profile not in profiles:
+        raise DeviceError(f"MIG profile {mig_profile!r}: device {device!r} has "
+                          f"{', '.join(profiles) or 'no MIG'}")
+    return profiles[mig_profile].memory_gb * 1024.0 * USABLE_FRACTION
+
+
 def judge(result: dict[str, Any], limits: dict[str, float]) -> list[dict[str, Any]]:
     """One entry per limit: metric, limit, value, judged (upper) value,
     judged_by (which bound that is: ``"interval_upper"`` or ``"value"``), ok."""
@@ -91,10 +111,14 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
           max_memory_mb: float | None = None, batch: int | None = None,
           input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None,
           mode: str = "inference", dims: dict[str, int] | None = None,
-          precision: str | None = None) -> dict[str, Any]:
+          precision: str | None = None, optimizer: str | None = None, layout: str | None = None,
+          power_limit_w: float | None = None, mig_profile: str | None = None) -> dict[str, Any]:
     """Does ``model`` meet the budget on ``device``? ``mode="train"``: one
     training step (the latency budget then reads ``step_ms``). ``dims``,
-    ``precision``: as for :func:`perfseer_rt.predict`.
+    ``precision``, ``optimizer``, ``layout``, ``power_limit_w``: as for
+    :func:`perfseer_rt.predict`. ``mig_profile``: the budget is that MIG
+    slice of a GPU: predicted on the slice, and its usable memory is the
+    memory budget unless ``max_memory_mb`` is given.
 
     Returns ``{"ok": bool, "checks": [...], "prediction": result}``; ``ok`` is
     True when every given limit holds for the upper end of the prediction's
@@ -104,9 +128,11 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
         PerfSeerError: no limit given, a limit not positive, a metric the
         device does not predict, or any bad model / device as in ``predict``.
     """
-    limits = _limits(max_latency_ms, max_memory_mb, *_metrics(device, mode))
+    gpu = {"precision": precision, "optimizer": optimizer, "layout": layout, "power_limit_w": power_limit_w,
+           "mig_profile": mig_profile}
+    limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     [result] = predict([model], batch=batch, device=device, input_shapes=input_shapes,
-                       model=predictor_model, mode=mode, dims=dims, precision=precision)
+                       model=predictor_model, mode=mode, dims=dims, **gpu)
     checks = judge(result, limits)
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 
@@ -145,10 +171,12 @@ def dim_shapes(model: str | os.PathLike[str], dim: str, value: int, batch: int |
     return shapes
 
 
-def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_mb: float,
+def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_mb: float | None,
         max_latency_ms: float | None = None, dim: str | None = None,
         batch: int | None = None, predictor_model: str | None = None,
-        max_value: int = FIT_MAX, mode: str = "inference") -> dict[str, Any]:
+        max_value: int = FIT_MAX, mode: str = "inference", precision: str | None = None,
+        optimizer: str | None = None, layout: str | None = None, power_limit_w: float | None = None,
+        mig_profile: str | None = None) -> dict[str, Any]:
     """The largest batch (or value of input dim ``dim``) within budget
     (``mode="train"``: of one training step, as :func:`check`).
 
@@ -164,9 +192,12 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
     value + 1 that broke it, None when value is max_value), "next_checks"
     (the same verdict for it), "tried": {value: ok}}``;
     on a GPU with MIG tables, ``prediction["mig"]`` names the smallest slice
-    holding the answer's memory.
+    holding the answer's memory. GPU options and ``mig_profile`` as :func:`check`
+    (``max_memory_mb`` may then be None: the slice's usable memory).
     """
-    limits = _limits(max_latency_ms, max_memory_mb, *_metrics(device, mode))
+    gpu = {"precision": precision, "optimizer": optimizer, "layout": layout, "power_limit_w": power_limit_w,
+           "mig_profile": mig_profile}
+    limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
     tried: dict[int, tuple[bool, dict[str, Any]]] = {}
@@ -177,7 +208,7 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
                 g = extract(model, batch=value)
             else:
                 g = extract(model, input_shapes=dim_shapes(model, dim, value, batch))
-            [r] = predict([g], device=device, model=predictor_model, mode=mode)
+            [r] = predict([g], device=device, model=predictor_model, mode=mode, **gpu)
             r["model"] = os.fspath(model) if isinstance(model, (str, os.PathLike)) \
                 else "<in-memory>"
             tried[value] = (all(c["ok"] for c in judge(r, limits)), r)

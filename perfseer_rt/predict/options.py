@@ -220,8 +220,8 @@ OPTIONS: tuple[Option, ...] = (
            "(autocast), fp16, bf16 (half models); default fp32.",
            choice(_PRECISIONS), choices=_PRECISIONS),
     Option("mode", ("mode",), "inference: one inference call (default); train: one training "
-           "step (forward, loss, backward, optimizer update) with the device's training-step "
-           "predictor (GPU-prior devices: priced from their kernel prior, AdamW).",
+           "step (forward, loss, backward, optimizer update): a CPU device's training-step "
+           "predictor, a GPU's step as PyTorch eager runs it (--optimizer).",
            choice(MODES), choices=MODES, default="inference"),
     Option("optimizer", ("optimizer",), "GPU devices, mode train: the optimizer of the step "
            "(default adamw).", choice(tuple(OPTIMIZERS)), choices=tuple(OPTIMIZERS)),
@@ -230,7 +230,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("power_limit", ("power_limit_w",), "GPU devices: a power cap in watts.", parse_power,
            metavar="W", example="300"),
     Option("mig_profile", ("mig_profile",), "MIG-capable GPU devices: predict on this slice "
-           "(e.g. 1g.10gb).", parse_name, metavar="PROFILE", example="1g.10gb"),
+           "(e.g. 1g.10gb); check and fit take its usable memory as the memory budget unless "
+           "one is given.", parse_name, metavar="PROFILE", example="1g.10gb"),
     Option("max_latency_ms", ("max_latency_ms",), "Latency budget, ms (a training step's "
            "with mode train).", parse_limit, metavar="MS", example="50"),
     Option("max_memory_mb", ("max_memory_mb",), "Memory budget, MiB (over the process "

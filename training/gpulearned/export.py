@@ -24,12 +24,11 @@ ONNX_FILE = "learned.onnx"
 
 def onnx_bytes(model: StepModel) -> bytes:
     """The kernel MLP as ONNX (float32, dynamic kernel count)."""
-    mlp = model.mlp.float().eval()
+    mlp = model.mlp.eval()
     buf = io.BytesIO()
     x = torch.zeros(4, len(LF.names()))
     torch.onnx.export(mlp, (x,), buf, dynamo=False, opset_version=17, input_names=["features"],  # type: ignore[arg-type]
                       output_names=["g"], dynamic_axes={"features": {0: "k"}, "g": {0: "k"}})
-    model.double()
     return buf.getvalue()
 
 
@@ -39,6 +38,6 @@ def export(model: StepModel, folder: Path, summary: dict[str, Any]) -> None:
     atomic_write_bytes(folder / ONNX_FILE, onnx_bytes(model))
     doc = {"format": L.FORMAT, "feature_version": LF.FEATURE_VERSION, "file": ONNX_FILE,
            "features": LF.names(),
-           "launch_ms": float(torch.exp(model.log_launch_ms)),
-           "host_scale": float(torch.exp(model.log_host_scale)), **summary}
+           "launch_ms": float(torch.exp(model.log_launch_ms.detach())),
+           "host_scale": float(torch.exp(model.log_host_scale.detach())), **summary}
     atomic_write_bytes(folder / "learned.json", (json.dumps(doc, indent=1) + "\n").encode())

@@ -66,12 +66,12 @@ def fit(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str], cfg:
     torch.manual_seed(cfg.seed)
     p = pack(data)
     mean, std = p.x.mean(0), p.x.std(0)
-    model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std)).double()
+    model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std))
     y = torch.log(torch.tensor(y_ms, dtype=torch.float64))
     w = torch.tensor(group_weights(groups), dtype=torch.float64)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     decay = [q for n, q in model.named_parameters() if "weight" in n]
-    x = p.x.double()
+    x = p.x
     steps = tqdm(range(cfg.epochs), desc="fit", disable=not progress)
     for _ in steps:
         opt.zero_grad()
@@ -88,7 +88,7 @@ def predict(model: StepModel, data: Sequence[LabelData]) -> np.ndarray:
     """Step ms of each label's kernel data."""
     p = pack(data)
     with torch.no_grad():
-        return model.step_ms(p.x.double(), p.roof, p.count, p.seg, p.launches, p.host).numpy()
+        return model.step_ms(p.x, p.roof, p.count, p.seg, p.launches, p.host).numpy()
 
 
 def cross_validate(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str],

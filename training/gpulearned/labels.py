@@ -97,7 +97,9 @@ def neusight_label(r: dict) -> tuple[Label, NeuSightModel] | None:
 def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSightModel]], Counter]:
     """(timm labels with rebuilds, NeuSight labels with their models, counts
     of what was skipped and why)."""
-    timm, neusight, skipped = [], [], Counter()
+    timm: list[Label] = []
+    neusight: list[tuple[Label, NeuSightModel]] = []
+    skipped: Counter = Counter()
     for r in records(root):
         if r["family"] == "timm":
             lab = timm_label(r, cache)
@@ -117,13 +119,17 @@ def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSig
 def layer_exports(model: NeuSightModel, mode: str, cache: Path) -> dict[int, str]:
     """Structure-only exports of ``model`` with 1 and 2 layers, for ``mode``
     (BERT has another head in training), made once into ``cache``."""
-    from training.gpuprior.neusight_e2e import export_model  # torch + transformers: this step only
+    # lazy: torch + transformers, needed by this step only
+    from training.gpuprior.neusight_e2e import export_model, head_of
+    from training.gpuprior.neusight_labels import DATA as NEUSIGHT
 
+    model_type = json.loads((NEUSIGHT / "configs" / f"{model.name}.json").read_text())["model_type"]
+    head = head_of(model_type, mode)[0]  # the causal LMs are the same model in both modes
     out = {}
     folder = cache / "neusight"
     folder.mkdir(parents=True, exist_ok=True)
     for k in (1, 2):
-        path = folder / f"{model.name}-{mode}-{k}.onnx"
+        path = folder / f"{model.name}-{head}-{k}.onnx"
         if not path.is_file():
             export_model(model.name, k, path, mode=mode)
         out[k] = str(path)

@@ -61,12 +61,13 @@ class StepModel(nn.Module):
     def __init__(self, mlp: KernelMLP) -> None:
         super().__init__()
         self.mlp = mlp
-        self.log_launch_ms = nn.Parameter(torch.tensor(float(torch.log(torch.tensor(0.003)))))
-        self.log_host_scale = nn.Parameter(torch.tensor(0.0))
+        self.log_launch_ms = nn.Parameter(torch.tensor(float(torch.log(torch.tensor(0.003))), dtype=torch.float64))
+        self.log_host_scale = nn.Parameter(torch.tensor(0.0, dtype=torch.float64))
 
     def step_ms(self, x: torch.Tensor, roof: torch.Tensor, count: torch.Tensor, seg: torch.Tensor,
                 launches: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
-        g = self.mlp(x)
+        """Step ms per label (the MLP in float32, the sums in float64)."""
+        g = self.mlp(x).double()
         per = roof * torch.exp(g) * count
         gpu = torch.zeros_like(launches).index_add(0, seg, per) + torch.exp(self.log_launch_ms) * launches
         h = torch.exp(self.log_host_scale) * host

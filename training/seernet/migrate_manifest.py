@@ -22,7 +22,7 @@ from perfseer_rt.predict.registry import SEPARATE_SCHEMA_KINDS, typed_manifest
 
 def migrate(path: str) -> bool:
     """Upgrade one file; False when it already follows the current schema
-    or is of a kind with its own schema (``gpu-prior``: checked, left as is)."""
+    or is of a kind with its own schema (checked, left as is)."""
     with open(path) as f:
         doc = json.load(f)
     if isinstance(doc, dict) and doc.get("kind") in SEPARATE_SCHEMA_KINDS:
