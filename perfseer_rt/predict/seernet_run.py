@@ -119,7 +119,7 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     less the weights stored as external data (``external_mb`` [G], MiB: the
     predictors learned models whose file, weights included, is read into
     memory while the session is created; onnxruntime holds no such copy of
-    external weights: README "External weights"), then peak memory =
+    external weights: reports/cpu-amd-epyc-1t/model_kinds.md), then peak memory =
     max(session creation, inference) where the manifest combines them so. A
     calibration fits its corrections on the quantity before them (the base
     entry as it reports), so fit and use agree."""
