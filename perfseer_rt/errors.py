@@ -12,6 +12,11 @@ class PerfSeerError(Exception):
     """Base class: a problem with the user's input or environment."""
 
 
+class OptionError(PerfSeerError):
+    """An option has a bad value (a malformed ``--dim``, an unknown
+    ``--mode``, a budget that is not a positive finite number)."""
+
+
 class ModelLoadError(PerfSeerError):
     """The model file is missing, is not ONNX, or is truncated/corrupt."""
 

@@ -11,7 +11,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.live_server import free_port, wait_healthy  # noqa: E402
+from tests.live_server import free_port, serving, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "resnet18.onnx"
@@ -30,18 +30,21 @@ def server(tmp_path_factory):
     secret = base / "outside.onnx"
     secret.write_bytes(EXAMPLE.read_bytes())
     (models / "link.onnx").symlink_to(secret)          # a symlink pointing outside
+    uploads = base / "uploads"
+    uploads.mkdir()
     port = free_port()
     log_path = base / "server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfseer_rt.cli", "serve", "--host", "127.0.0.1", "--port",
-         str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB)],
+         str(port), "--model-dir", str(models), "--max-upload-mb", str(UPLOAD_LIMIT_MB),
+         "--upload-dir", str(uploads)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc, log_path)
-    yield {"url": url, "log": log_path, "proc": proc, "models": models}
+    wait_healthy(url, proc, log_path, 120, "/readyz")
+    yield {"url": url, "log": log_path, "proc": proc, "models": models, "uploads": uploads}
     proc.terminate()
-    proc.wait(timeout=20)
+    proc.wait(timeout=30)
     log.close()
     assert "Traceback" not in log_path.read_text()
 
@@ -124,11 +127,24 @@ def test_path_inside_the_model_folder(server):
 
 
 @pytest.mark.parametrize("path", ["../outside.onnx", "sub/../../outside.onnx", "link.onnx",
-                                  "/etc/passwd", "missing.onnx"])
-def test_paths_outside_or_missing_are_4xx(server, path):
+                                  "/etc/passwd", "/root/.ssh/id_rsa", "../nothing-here.onnx",
+                                  "missing.onnx", "sub", "/"])
+def test_paths_outside_or_missing_answer_alike(server, path):
+    """Outside the folder (existing or not, by .., by an absolute path or a
+    link out), missing inside, or not a file: one status, one message."""
     resp = httpx.post(server["url"] + "/predict", params={"path": path}, timeout=30)
-    assert resp.status_code in (403, 404), resp.text
-    assert "\n" not in resp.json()["error"]
+    assert resp.status_code == 404, resp.text
+    assert resp.json() == {"error": f"no model file {path!r} under the model folder (a path is "
+                                    "relative to the folder and stays inside it)",
+                           "type": "ModelNotFound"}
+    no_traceback(resp)
+
+
+@pytest.mark.parametrize("raw", ["%00", "sub%00/resnet18.onnx", "%ff", "a%0ab", "%7f"])
+def test_bad_bytes_in_a_path_are_400(server, raw):
+    resp = httpx.post(server["url"] + "/predict?path=" + raw, timeout=30)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["type"] == "OptionError" and resp.json()["error"].startswith("path: ")
     no_traceback(resp)
 
 
@@ -177,49 +193,55 @@ def test_one_gigabyte_upload_is_refused_early(server):
     assert httpx.get(server["url"] + "/healthz").status_code == 200
 
 
-def start(args, tmp_path):
-    port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "perfseer_rt.cli", "serve", "--port",
-                             str(port), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc, tmp_path / "server.log")
-    return proc, url, log
+def test_a_client_leaving_mid_upload(server):
+    """The upload's temporary file is removed, nothing is logged as a
+    traceback (checked when the server stops), and the server goes on."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", int(server["url"].rsplit(":", 1)[1]))) as s:
+        s.sendall(b"POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n"
+                  b"Content-Length: 1000000\r\n\r\n" + bytes(1000))
+        time.sleep(0.5)
+    deadline = time.monotonic() + 10
+    while list(server["uploads"].iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(server["uploads"].iterdir()) == []
+    assert httpx.get(server["url"] + "/healthz").status_code == 200
+    resp = httpx.post(server["url"] + "/predict", content=EXAMPLE.read_bytes(), timeout=60)
+    assert resp.status_code == 200 and list(server["uploads"].iterdir()) == []
 
 
-def test_request_time_limit_is_504(tmp_path):
-    proc, url, log = start(["--timeout-s", "0.001"], tmp_path)
-    try:
-        resp = httpx.post(url + "/predict", content=EXAMPLE.read_bytes(), timeout=60)
-        assert resp.status_code == 504 and "longer than 0.001 s" in resp.json()["error"]
-        resp = httpx.post(url + "/predict", params={"path": "x.onnx"})
-        assert resp.status_code == 403 and "--model-dir" in resp.json()["error"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-    assert "Traceback" not in (tmp_path / "server.log").read_text()
+def test_no_model_folder_reads_no_paths(tmp_path):
+    with serving(tmp_path, "--max-concurrency", "1", "--spare-workers", "0") as s:
+        resp = httpx.post(s.url + "/predict", params={"path": "x.onnx"})
+    assert resp.status_code == 403 and "--model-dir" in resp.json()["error"]
 
 
-def test_concurrency_limit_is_503(monkeypatch):
-    """Mechanism, in process: with one slot, requests overlapping a slow
-    prediction are answered 503 at once."""
+def test_gate_hands_out_in_order_and_times_out():
+    """The queue's mechanism (perfseer_rt.serve.pool.Gate): waiters are
+    served first come, first served; one past its wait limit gets
+    WaitTimeout and takes nothing."""
     import asyncio
 
-    from perfseer_rt.serve import app as app_mod
-
-    def slow(*args):
-        time.sleep(1.0)
-        return []
-
-    monkeypatch.setattr(app_mod, "_predict", slow)
-    app = app_mod.create_app(app_mod.Settings(max_concurrency=1))
+    from perfseer_rt.serve.pool import Gate, WaitTimeout
 
     async def main():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return await asyncio.gather(*[client.post("/predict", content=b"x")
-                                          for _ in range(4)])
+        gate = Gate()
+        got = []
 
-    statuses = sorted(r.status_code for r in asyncio.run(main()))
-    assert statuses == [200, 503, 503, 503]
+        async def waiter(i, wait_s):
+            try:
+                got.append((i, await gate.take(wait_s)))
+            except WaitTimeout:
+                got.append((i, "timeout"))
+
+        tasks = [asyncio.create_task(waiter(i, 5.0 if i != 1 else 0.05)) for i in range(3)]
+        await asyncio.sleep(0.2)
+        assert gate.waiting == 2  # 1 gave up
+        gate.put("a")
+        gate.put("b")
+        await asyncio.gather(*tasks)
+        return got, gate.available
+
+    got, left = asyncio.run(main())
+    assert sorted(got) == [(0, "a"), (1, "timeout"), (2, "b")] and left == 0

@@ -20,7 +20,8 @@ main(["serve", "--port", "0"])
 """
 
 
-@pytest.mark.parametrize("module", ["uvicorn", "fastapi", "pydantic"])
+@pytest.mark.parametrize("module", ["uvicorn", "fastapi", "pydantic", "prometheus_client",
+                                    "python_multipart"])
 def test_serve_without_the_extra_says_which_to_install(module):
     res = subprocess.run([sys.executable, "-c", RUN.format(module=module)], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)

@@ -4,55 +4,51 @@ the options spelled the same everywhere."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import click
 
-from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.predict import options
 
 
 def parse_input_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     """Parse ``NAME:D1xD2x...`` options into a name -> shape mapping."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for value in values:
-        name, sep, dims = value.rpartition(":")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shape = tuple(int(d) for d in dims.lower().split("x"))
-            if any(d <= 0 for d in shape):
-                raise ValueError
-        except ValueError:
-            raise PerfSeerError(
-                f"--input {value!r}: expected NAME:D1xD2x... with positive integer "
-                "dims, e.g. --input pixel_values:1x3x224x224") from None
-        if shapes.get(name, shape) != shape:
-            raise PerfSeerError(f"--input {name} given twice with different shapes "
-                                f"({'x'.join(map(str, shapes[name]))} and {dims})")
-        shapes[name] = shape
-    return shapes
+    return options.parse_input_shapes("--input", values)
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
     """Parse ``NAME=VALUE`` options (symbolic input dims) into a mapping."""
-    dims: dict[str, int] = {}
-    for value in values:
-        name, sep, num = value.partition("=")
-        name = name.strip()
-        try:
-            if not sep or not name:
-                raise ValueError
-            size = int(num)
-            if size < 0:
-                raise ValueError
-        except ValueError:
-            raise PerfSeerError(f"--dim {value!r}: expected NAME=VALUE with a non-negative "
-                                "integer, e.g. --dim seq=128") from None
-        if dims.get(name, size) != size:
-            raise PerfSeerError(f"--dim {name} given twice with different values "
-                                f"({dims[name]} and {size})")
-        dims[name] = size
-    return dims
+    return options.parse_dims("--dim", values)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def spec_options(fn: Callable[..., Any]) -> Callable[[_F], _F]:
+    """click options for every option of :mod:`perfseer_rt.predict.options`
+    that ``fn`` (the command's library call) takes; the command receives
+    them as ``opt_<name>`` keywords, for :func:`spec_values`."""
+    def decorate(command: _F) -> _F:
+        for opt, _ in reversed(options.options_for(fn)):
+            kind: Any = click.Choice(list(opt.choices)) if opt.choices else str
+            command = click.option(opt.flag, f"opt_{opt.name}", multiple=opt.multiple, type=kind,
+                                   default=() if opt.multiple else opt.default,
+                                   show_default=opt.default is not None, metavar=opt.metavar,
+                                   help=opt.help)(command)
+        return command
+    return decorate
+
+
+def spec_values(fn: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
+    """``fn``'s keyword arguments from the ``opt_<name>`` values of
+    :func:`spec_options` in ``params`` (removed from it); options not given
+    are left out."""
+    given: dict[str, list[str]] = {}
+    for key in [k for k in params if k.startswith("opt_")]:
+        value = params.pop(key)
+        if value is not None and value != ():
+            given[key[4:]] = list(value) if isinstance(value, tuple) else [str(value)]
+    return options.parse_options(fn, given)
 
 
 def emit_json(obj: Any) -> None:

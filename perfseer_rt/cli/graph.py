@@ -7,7 +7,7 @@ import click
 from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
 from perfseer_rt.graph.extract import extract as do_extract
 from perfseer_rt.graph.perfgraph import PerfGraph
-from perfseer_rt.graph.summary import summarize
+from perfseer_rt.graph.summary import layer_table, summarize
 
 _model_arg = click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 _batch_opt = click.option("--batch", type=click.IntRange(min=1), default=None,
@@ -41,13 +41,18 @@ def extract(model: str, batch: int | None, inputs: tuple[str, ...], dims: tuple[
 @dim_opt
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many of the heaviest layers to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print totals and every layer (FLOPs, "
+              "bytes moved, weights, shares, output shapes) as JSON instead.")
 def inspect(model: str, batch: int | None, inputs: tuple[str, ...], dims: tuple[str, ...],
-            top: int) -> None:
-    """Print a short human summary of MODEL."""
+            top: int, as_json: bool) -> None:
+    """Print a short human summary of MODEL (--json: a per-layer table)."""
     graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs),
                        dims=parse_dims(dims))
     _warn_unknown(graph)
-    click.echo(summarize(graph, top=top))
+    if as_json:
+        emit_json({"model": model, **layer_table(graph)})
+    else:
+        click.echo(summarize(graph, top=top))
 
 
 def _warn_unknown(graph: PerfGraph) -> None:

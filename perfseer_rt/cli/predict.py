@@ -12,15 +12,12 @@ from typing import Any
 
 import click
 
-from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
+from perfseer_rt.cli.common import emit_json, spec_options, spec_values
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.gpu.backward import OPTIMIZERS
-from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
-from perfseer_rt.gpu.precision import PRECISIONS
 from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.budget import fit as do_fit
 from perfseer_rt.predict.explain import device_rows
-from perfseer_rt.predict.many import expand_models, parse_batches, predict_many
+from perfseer_rt.predict.many import expand_models, predict_many
 from perfseer_rt.predict.train_mode import summary
 
 
@@ -90,11 +87,24 @@ def render_table(results: list[dict[str, Any]]) -> str:
                 lines.append(f"{k}: {meaning}")
         if any(r["metrics"][k].get("interval") for r in rows for k in r.get("metrics", {})):
             lines.append("[lo, hi]: the prediction interval (with its coverage when known)")
-        for r in rows:
-            for w in r.get("warnings") or []:
-                lines.append(f"warning: {r.get('model')} batch {r.get('batch')}: {w}")
+        lines += warning_lines(rows)
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def warning_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each model's warnings once, not once per batch size: ``warning: MODEL:
+    TEXT`` when every batch of the model has it, else ``warning: MODEL batch
+    B[, B...]: TEXT``."""
+    batches: dict[Any, list[Any]] = {}
+    said: dict[tuple[Any, str], list[Any]] = {}
+    for r in rows:
+        batches.setdefault(r.get("model"), []).append(r.get("batch"))
+        for w in r.get("warnings") or []:
+            said.setdefault((r.get("model"), w), []).append(r.get("batch"))
+    return [f"warning: {model}: {w}" if len(b) == len(batches[model]) else
+            f"warning: {model} batch {', '.join(map(str, b))}: {w}"
+            for (model, w), b in said.items()]
 
 
 _device_opt = click.option("--device", default=None,
@@ -110,36 +120,9 @@ _mode_opt = click.option(
          "priced from their kernel prior, AdamW).")
 
 
-_precision_opt = click.option(
-    "--precision", type=click.Choice(list(PRECISIONS) + list(PRECISION_ALIASES)), default=None,
-    help="GPU devices: how PyTorch runs the model: fp32 (PyTorch's defaults: TF32 convolutions), "
-         "tf32, fp32-strict, amp-fp16, amp-bf16 (autocast), fp16, bf16 (half models); default fp32.")
-_optimizer_opt = click.option(
-    "--optimizer", type=click.Choice(list(OPTIMIZERS)), default=None,
-    help="GPU devices, --mode train: the optimizer of the step (default adamw).")
-_layout_opt = click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
-                           help="GPU devices: memory format (nhwc: channels-last); default nchw.")
-_power_opt = click.option("--power-limit", "power_limit_w", type=click.FloatRange(min=1.0, max=5000.0),
-                          default=None, metavar="W", help="GPU devices: a power cap in watts.")
-_mig_opt = click.option("--mig-profile", default=None, metavar="PROFILE",
-                        help="MIG-capable GPU devices: predict on this slice (e.g. 1g.10gb).")
-
-
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=False))
-@click.option("--batch", "batch", default=None, metavar="N[,N...]",
-              help="Batch size(s), e.g. 8 or 1,8,32 (default: the model's own, else 1).")
-@input_opt
-@dim_opt
-@_device_opt
-@click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
-@_model_opt
-@_precision_opt
-@_mode_opt
-@_optimizer_opt
-@_layout_opt
-@_power_opt
-@_mig_opt
+@spec_options(predict_many)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
 @click.option("--keep-going", is_flag=True, help="A model that cannot be extracted gets its "
@@ -147,12 +130,9 @@ _mig_opt = click.option("--mig-profile", default=None, metavar="PROFILE",
               "default the first such model ends the run.")
 @click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Processes to extract the models in.")
-def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
-            device: str | None, metrics: str | None, model_name: str | None, precision: str | None,
-            mode: str, optimizer: str | None, layout: str | None, power_limit_w: float | None,
-            mig_profile: str | None, as_json: bool, keep_going: bool, workers: int) -> None:
+def predict(models: tuple[str, ...], as_json: bool, keep_going: bool, workers: int, **opts: Any) -> None:
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
-    wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    kwargs = spec_values(predict_many, opts)  # the options of perfseer_rt/predict/options.py
     failed: list[str] = []
 
     def report(model: str, exc: PerfSeerError) -> None:
@@ -161,12 +141,8 @@ def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...],
         click.echo(f"perfseer-rt: error: {text if text.startswith(model) else f'{model}: {text}'}",
                    err=True)
 
-    results = predict_many(expand_models(models), parse_batches(batch), device=device,
-                           metrics=wanted, input_shapes=parse_input_shapes(inputs),
-                           model_name=model_name, precision=precision, dims=parse_dims(dims),
-                           mode=mode, workers=workers, on_error=report if keep_going else None,
-                           optimizer=optimizer, layout=layout, power_limit_w=power_limit_w,
-                           mig_profile=mig_profile)
+    results = predict_many(expand_models(models), kwargs.pop("batches", [None]), workers=workers,
+                           on_error=report if keep_going else None, **kwargs)
     if as_json:
         emit_json(results)
     else:
@@ -233,24 +209,13 @@ def _judged(c: dict[str, Any]) -> str:
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@_device_opt
-@click.option("--max-latency-ms", type=float, default=None, help="Latency budget, ms.")
-@click.option("--max-memory-mb", type=float, default=None,
-              help="Memory budget, MiB (over the process baseline, as predicted).")
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (default 1).")
-@input_opt
-@_model_opt
-@_mode_opt
+@spec_options(do_check)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-def check(model: str, device: str | None, max_latency_ms: float | None, max_memory_mb: float | None,
-          batch: int | None, inputs: tuple[str, ...], model_name: str | None, mode: str,
-          as_json: bool) -> None:
+def check(model: str, as_json: bool, **opts: Any) -> None:
     """Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input.
 
     A prediction with an interval is judged by its upper end."""
-    verdict = do_check(model, device, max_latency_ms=max_latency_ms,
-                       max_memory_mb=max_memory_mb, batch=batch,
-                       input_shapes=parse_input_shapes(inputs), predictor_model=model_name, mode=mode)
+    verdict = do_check(model, **spec_values(do_check, opts))  # perfseer_rt/predict/options.py
     if as_json:
         emit_json(verdict)
     else:

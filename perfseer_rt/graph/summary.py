@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -43,3 +44,38 @@ def summarize(graph: PerfGraph, top: int = 5) -> str:
     if graph.unknown_ops:
         lines.append("generic cost used for: " + ", ".join(sorted(set(graph.unknown_ops))))
     return "\n".join(lines)
+
+
+def layer_table(graph: PerfGraph) -> dict[str, Any]:
+    """The summary as data (``perfseer-rt inspect --json``): totals, op
+    counts and one row per layer (node) in graph order with its FLOPs,
+    bytes moved (``mac_bytes``: inputs + weights + outputs), weight bytes,
+    parameters, arithmetic intensity (FLOP/B), share of the model's FLOPs
+    and the shapes of the tensors it sends to other layers."""
+    g = graph.globals
+    cols = {c: graph.node_column(c) for c in ("flops", "mac", "weight", "params", "ai",
+                                              "flops_ratio", "out_elems")}
+    sends: dict[int, dict[str, list[int]]] = {}
+    for j in range(graph.num_edges):
+        src = int(graph.edge_index[0, j])
+        sends.setdefault(src, {})[graph.edge_tensors[j]] = list(graph.edge_shapes[j])
+    layers = [{"index": i, "name": name, "op": op,
+               "flops": float(cols["flops"][i]), "mac_bytes": float(cols["mac"][i]),
+               "weight_bytes": float(cols["weight"][i]), "params": float(cols["params"][i]),
+               "ai_flop_per_byte": float(cols["ai"][i]), "flops_share": float(cols["flops_ratio"][i]),
+               "out_elems": float(cols["out_elems"][i]),
+               "outputs": [{"tensor": t, "shape": shape} for t, shape in sends.get(i, {}).items()]}
+              for i, (name, op) in enumerate(zip(graph.node_names, graph.node_ops))]
+    return {
+        "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
+        "batch": int(g["batch_size"]),
+        "totals": {"nodes": int(g["num_nodes"]), "edges": int(g["num_edges"]),
+                   "flops": float(g["flops_total"]), "mac_bytes": float(g["mac_total"]),
+                   "params": float(g["params_total"]), "weight_bytes": float(g["weight_total"]),
+                   "ai_flop_per_byte": float(g["ai_model"])},
+        "ops": dict(Counter(graph.node_ops).most_common()),
+        "layers": layers,
+        "unknown_ops": sorted(set(graph.unknown_ops)),
+        "warnings": list(graph.warnings),
+        "feature_version": graph.feature_version,
+    }

@@ -90,9 +90,11 @@ def judge(result: dict[str, Any], limits: dict[str, float]) -> list[dict[str, An
 def check(model: Any, device: str | None = None, *, max_latency_ms: float | None = None,
           max_memory_mb: float | None = None, batch: int | None = None,
           input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None,
-          mode: str = "inference") -> dict[str, Any]:
+          mode: str = "inference", dims: dict[str, int] | None = None,
+          precision: str | None = None) -> dict[str, Any]:
     """Does ``model`` meet the budget on ``device``? ``mode="train"``: one
-    training step (the latency budget then reads ``step_ms``).
+    training step (the latency budget then reads ``step_ms``). ``dims``,
+    ``precision``: as for :func:`perfseer_rt.predict`.
 
     Returns ``{"ok": bool, "checks": [...], "prediction": result}``; ``ok`` is
     True when every given limit holds for the upper end of the prediction's
@@ -104,7 +106,7 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
     """
     limits = _limits(max_latency_ms, max_memory_mb, *_metrics(device, mode))
     [result] = predict([model], batch=batch, device=device, input_shapes=input_shapes,
-                       model=predictor_model, mode=mode)
+                       model=predictor_model, mode=mode, dims=dims, precision=precision)
     checks = judge(result, limits)
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 

@@ -1,276 +1,309 @@
-"""The HTTP/JSON service: FastAPI app behind ``perfseer-rt serve``.
+"""The HTTP/JSON service: the FastAPI app behind ``perfseer-rt serve``.
 
 Endpoints (OpenAPI page at ``/docs``, schema at ``/openapi.json``):
 
-- ``POST /predict``: an ONNX model as the raw request body
-  (``Content-Type: application/octet-stream``), or ``?path=`` naming a file
-  under the configured model folder; query ``batch`` (``8`` or ``1,8,32``),
-  ``device``, ``metrics``, ``model``, ``mode`` (``inference`` or ``train``),
-  ``precision`` (GPU-prior devices). Answers the same JSON list as
-  ``perfseer-rt predict --json`` (:mod:`perfseer_rt.serve.schema`).
-- ``POST /check``: the same inputs (but ``precision``) plus ``max_latency_ms`` / ``max_memory_mb``;
-  the verdict of :func:`perfseer_rt.predict.check`.
+- ``POST /predict``, ``POST /check``, ``POST /inspect``: ``perfseer-rt
+  predict --json``, ``check --json`` and ``inspect --json`` over HTTP. The
+  model is the body (raw, or a multipart form's file part) or a file under
+  the model folder (``?path=``, or a JSON body ``{"path": ...}``:
+  :mod:`perfseer_rt.serve.bodies`); the options are the CLI's, by the same
+  names (``?dim=seq=128``, repeatable; :mod:`perfseer_rt.serve.params`).
 - ``GET /devices``: the shipped predictors (``perfseer-rt devices --json``).
-- ``GET /healthz``: the process answers. ``GET /readyz``: predictors load and
-  the default one runs (503 until then).
+- ``GET /healthz``: liveness; answered by the server process itself, never
+  behind the work limit. ``GET /readyz``: 200 when a prediction would be
+  accepted now (workers started, room in the queue), else 503 with
+  ``Retry-After``. ``GET /metrics``: Prometheus metrics.
 
-Limits (:class:`Settings`): the upload is read in chunks and refused with
-413 as soon as it passes ``max_upload_mb`` (a declared Content-Length over
-the limit is refused before any byte is read); at most ``max_concurrency``
-predictions run at once (503 ``busy`` beyond); a prediction running longer
-than ``timeout_s`` answers 504. User errors answer 4xx with
-``{"error": <the CLI's one-line message>, "type": <exception class>}``;
-anything else 500 ``internal error``; no traceback in bodies or logs.
+Load: a work request first has its query checked (options, limits, a
+declared body size, the path), then takes a place among ``max_concurrency +
+max_queue`` (else 429 with ``Retry-After``, before its body is read), streams
+its body to a temporary file, waits up to ``queue_wait_s`` for one of
+``max_concurrency`` worker slots (else 503 with ``Retry-After``), and runs
+there for at most ``timeout_s`` (else 504; the worker is killed and
+replaced: :mod:`perfseer_rt.serve.pool`).
+
+Every 4xx/5xx answers ``{"error": <one line, the CLI's>, "type": <class>}``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from perfseer_rt import __version__
-from perfseer_rt.errors import DeviceError, MetricError, ModelLoadError, PerfSeerError, ShapeError
-from perfseer_rt.graph.extract import extract
-from perfseer_rt.predict.api import predict
-from perfseer_rt.predict.budget import check as do_check
+from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.predict.explain import device_rows
-from perfseer_rt.predict.many import parse_batches
-from perfseer_rt.predict.registry import Predictor, get_predictor, predictors
-from perfseer_rt.predict.seernet_run import _session
+from perfseer_rt.predict.registry import predictors
 from perfseer_rt.predict.train_mode import predictor_for
-from perfseer_rt.serve.schema import CheckVerdict, DeviceRow, ErrorBody, Result
+from perfseer_rt.serve.bodies import Body, check_declared, receive
+from perfseer_rt.serve.errors import HTTPError, busy, from_user_error, one_line, retry_after, validation_message
+from perfseer_rt.serve.jobs import JOBS
+from perfseer_rt.serve.metrics import Metrics
+from perfseer_rt.serve.params import RequestLimits, gather, openapi_body, openapi_parameters, parse_request
+from perfseer_rt.serve.paths import model_path
+from perfseer_rt.serve.pool import Pool, WaitTimeout
+from perfseer_rt.serve.schema import CheckVerdict, DeviceRow, ErrorBody, LayerTable, Result
 
 log = logging.getLogger("perfseer_rt.serve")
 
-_CHUNK = 1 << 16
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+                   Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Service limits. ``model_dir``: the only folder ``?path=`` may read
-    (None: path requests are refused); sizes in MiB, times in seconds."""
+    """The service's limits. ``model_dir``: the only folder ``path`` may name
+    (None: paths are refused); sizes in MiB, times in seconds."""
 
     model_dir: Path | None = None
     max_upload_mb: float = 256.0
     timeout_s: float = 60.0
     max_concurrency: int = 2
+    max_queue: int = 16
+    queue_wait_s: float = 30.0
+    spare_workers: int = 1
+    worker_max_rss_mb: float = 2048.0
+    upload_dir: Path | None = None
+    limits: RequestLimits = field(default_factory=RequestLimits)
 
 
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "HTTPError") -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+class Instrument:
+    """ASGI middleware: every answer counted by endpoint and status, and timed."""
 
+    def __init__(self, app: ASGIApp, metrics: Metrics, endpoints: frozenset[str]) -> None:
+        self.app, self.metrics, self.endpoints = app, metrics, endpoints
 
-_STATUS = {ModelLoadError: 422, ShapeError: 422, MetricError: 400, DeviceError: 404}
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
+        status = [500]
+        start = time.perf_counter()
 
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
 
-def status_for(exc: PerfSeerError) -> int:
-    return next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
-
-
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
-def confine(model_dir: Path | None, rel: str) -> Path:
-    """``rel`` resolved inside ``model_dir`` (symlinks followed, ``..``
-    collapsed); anything that lands outside is refused."""
-    if model_dir is None:
-        raise HTTPError(403, "this server reads no paths (start it with --model-dir)",
-                        "PathNotAllowed")
-    root = model_dir.resolve()
-    try:
-        target = (root / rel).resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise HTTPError(404, f"path {rel!r} does not exist under the model folder",
-                        "ModelLoadError") from None
-    if not target.is_relative_to(root):
-        raise HTTPError(403, f"path {rel!r} is outside the model folder", "PathNotAllowed")
-    if not target.is_file():
-        raise HTTPError(422, f"path {rel!r} is not a file", "ModelLoadError")
-    return target
-
-
-async def read_body(request: Request, limit_bytes: int) -> bytes:
-    """The request body, refused (413) once it passes ``limit_bytes``."""
-    declared = request.headers.get("content-length")
-    too_big = HTTPError(413, f"upload larger than the limit of {limit_bytes / 2**20:g} MiB",
-                        "UploadTooLarge")
-    if declared is not None and declared.isdigit() and int(declared) > limit_bytes:
-        raise too_big
-    buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit_bytes:
-            raise too_big
-    return bytes(buf)
-
-
-def _predict(source: str | bytes, name: str, batches: list[int | None], device: str | None,
-             metrics: str | None, model: str | None, mode: str = "inference",
-             precision: str | None = None) -> list[dict[str, Any]]:
-    wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
-    with named_errors(source, name):
-        predictor_for(device, mode)  # an unknown device or mode fails before any extraction
-        graphs = [extract(source, batch=b) for b in batches]
-    results = predict(graphs, device=device, metrics=wanted, model=model, mode=mode,
-                      precision=precision)
-    for r in results:
-        r["model"] = name
-    return results
-
-
-@contextmanager
-def named_errors(source: str | bytes, name: str) -> Iterator[None]:
-    """Errors name the model as the client did (``sub/m.onnx``, the upload's
-    name), never the server's own paths."""
-    try:
-        yield
-    except PerfSeerError as exc:
-        own = "<bytes>" if isinstance(source, bytes) else str(source)
-        raise type(exc)(str(exc).replace(own, name)) from None
-
-
-MODE_DOC = ("inference (default) or train: one training step (step_ms, memory by part; "
-            "GPU-prior devices price it from their kernel prior)")
-PRECISION_DOC = "GPU-prior devices: fp32 (default), fp16-tc or bf16-tc (a stated assumption)"
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status[0])).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    app = FastAPI(title="perfseer-rt", summary="Predict how an ONNX model performs before "
-                  "it runs: latency, peak memory (MiB over the process baseline), ...",
-                  version=_version())
-    slots = asyncio.Semaphore(settings.max_concurrency)
-    limit = int(settings.max_upload_mb * 2**20)
+    metrics = Metrics()
+    pool = Pool(settings.max_concurrency, settings.spare_workers, settings.worker_max_rss_mb,
+                on_event=lambda e: metrics.worker_events.labels(e).inc())
+    limit_bytes = int(settings.max_upload_mb * 2**20)
+    places = settings.max_concurrency + settings.max_queue
+    state = _State()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.devices = sorted(await run_in_threadpool(predictors))
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(title="perfseer-rt", summary="Predict how an ONNX model performs before it "
+                  "runs: latency, peak memory, utilization, energy; the CLI's answers over HTTP.",
+                  version=__version__, lifespan=lifespan)
+    app.add_middleware(Instrument, metrics=metrics, endpoints=frozenset(
+        ("/predict", "/check", "/inspect", "/devices", "/healthz", "/readyz", "/metrics")))
+
+    def answer(request: Request, status: int, body: dict[str, str],
+               headers: dict[str, str] | None = None) -> JSONResponse:
+        headers = dict(headers or {})
+        if request.method == "POST" and not getattr(request.state, "body_read", False):
+            headers["Connection"] = "close"  # the unread body is not worth reading
+        log.warning("%s %s -> %d %s", request.method, request.url.path, status, body["error"])
+        return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
-        log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
-        return JSONResponse({"error": exc.message, "type": exc.kind}, status_code=exc.status,
-                            headers={"Connection": "close"} if exc.status == 413 else None)
+        return answer(request, exc.status, exc.body(), exc.headers)
 
     @app.exception_handler(PerfSeerError)
     async def _user_error(request: Request, exc: PerfSeerError) -> JSONResponse:
-        msg = one_line(exc)
-        log.warning("%s %s -> %d %s", request.method, request.url.path, status_for(exc), msg)
-        return JSONResponse({"error": msg, "type": type(exc).__name__},
-                            status_code=status_for(exc))
+        err = from_user_error(exc)
+        return answer(request, err.status, err.body())
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s -> 500 %s: %s", request.method, request.url.path,
-                  type(exc).__name__, one_line(exc))
-        return JSONResponse({"error": "internal error", "type": "InternalError"},
-                            status_code=500)
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return answer(request, 422, {"error": validation_message(list(exc.errors())),
+                                     "type": "ValidationError"})
 
-    async def guarded(fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn`` in a worker thread within the concurrency and time limits."""
-        if slots.locked():
-            raise HTTPError(503, f"busy: {settings.max_concurrency} predictions already "
-                            "running; retry later", "Busy")
-        await slots.acquire()
-        task = asyncio.ensure_future(run_in_threadpool(fn, *args))
-        task.add_done_callback(lambda _: slots.release())  # held until the thread ends
+    @app.exception_handler(StarletteHTTPException)
+    async def _starlette(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {404: "NotFound", 405: "MethodNotAllowed"}
+        return answer(request, exc.status_code, {"error": one_line(exc.detail),
+                                                 "type": kinds.get(exc.status_code, "HTTPError")},
+                      dict(exc.headers or {}))
+
+    async def work(request: Request, job: str) -> Any:
+        fn = JOBS[job][0]
+        # everything the query says is checked before the body is read
+        kind = check_declared(request.headers, limit_bytes)
+        query = list(request.query_params.multi_items())
+        early = parse_request(fn, gather(query), settings.limits)
+        if early.path is not None:
+            if kind == "application/json":
+                raise HTTPError(400, "path given in the query and a JSON body: give the path "
+                                "in one of them", "BadRequest")
+            model_path(settings.model_dir, early.path)
+        await run_in_threadpool(_known_device, early.kwargs)
+        if state.admitted >= places:
+            metrics.rejected.labels("queue_full").inc()
+            raise busy(429, f"busy: {pool.running} predictions running and {state.admitted - pool.running}"
+                       " waiting or uploading; retry later", pool.expected_wait_s())
+        state.admitted += 1
+        body = Body()
         try:
-            return await asyncio.wait_for(asyncio.shield(task), settings.timeout_s)
-        except asyncio.TimeoutError:
-            raise HTTPError(504, f"prediction took longer than {settings.timeout_s:g} s",
-                            "Timeout") from None
+            body = await receive(request.stream(), request.headers.get("content-type"),
+                                 limit_bytes, settings.upload_dir)
+            request.state.body_read = True
+            req = early
+            if body.fields:
+                req = parse_request(fn, gather(query, body.fields), settings.limits)
+                await run_in_threadpool(_known_device, req.kwargs)
+            if req.path is not None and body.file is not None:
+                raise HTTPError(400, "a model in the body and a path: give one of them", "BadRequest")
+            if req.path is not None:
+                source, label = model_path(settings.model_dir, req.path), req.path
+            elif body.file is not None:
+                source, label = body.file, req.name or body.filename or "upload.onnx"
+            else:
+                raise HTTPError(422, "no model: send the ONNX file as the body "
+                                "(application/octet-stream or a multipart form's file), or name "
+                                "one under the model folder with path", "ModelLoadError")
+            try:
+                return JSONResponse(await pool.run(job, str(source), label, req.kwargs,
+                                                   wait_s=settings.queue_wait_s,
+                                                   timeout_s=settings.timeout_s))
+            except WaitTimeout:
+                metrics.rejected.labels("wait_timeout").inc()
+                raise busy(503, f"busy: no worker was free within {settings.queue_wait_s:g} s; "
+                           "retry later", pool.expected_wait_s()) from None
+            except HTTPError as exc:
+                if exc.status == 504:
+                    metrics.rejected.labels("deadline").inc()
+                raise
+        except ClientDisconnect:
+            log.info("%s %s: the client left before its body was read", request.method,
+                     request.url.path)
+            return Response(status_code=400)  # nobody reads it
+        except (HTTPError, PerfSeerError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug: one line in the log, never a traceback
+            log.error("%s %s -> 500 %s: %s", request.method, request.url.path, type(exc).__name__,
+                      one_line(exc))
+            raise HTTPError(500, "internal error", "InternalError") from None
+        finally:
+            state.admitted -= 1
+            body.discard()
 
-    async def source_of(request: Request, path: str | None) -> tuple[str | bytes, str]:
-        if path is not None:
-            return str(confine(settings.model_dir, path)), path
-        data = await read_body(request, limit)
-        if not data:
-            raise HTTPError(422, "empty request body: send the ONNX model as the body "
-                            "(application/octet-stream) or give ?path=", "ModelLoadError")
-        return data, request.query_params.get("name") or "upload.onnx"
+    responses: dict[int | str, dict[str, Any]] = {
+        s: {"model": ErrorBody} for s in (400, 403, 404, 413, 415, 422, 429, 500, 503, 504)}
 
-    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (400, 403, 404, 413, 422, 503, 504)}
-    body_doc = {"requestBody": {"required": False, "content": {"application/octet-stream": {
-        "schema": {"type": "string", "format": "binary"}}},
-        "description": "The ONNX model (omit when ?path= names one)."}}
+    def doc(fn: Callable[..., Any]) -> dict[str, Any]:
+        return {"parameters": openapi_parameters(fn), "requestBody": openapi_body(fn)}
 
-    @app.post("/predict", response_model=list[Result], responses=errors,
-              openapi_extra=body_doc)
-    async def predict(request: Request,
-                      path: str | None = Query(None, description="A model file under the "
-                                               "server's model folder, instead of a body."),
-                      batch: str | None = Query(None, description="8 or 1,8,32"),
-                      device: str | None = None, metrics: str | None = None,
-                      model: str | None = Query(None, description="which of the device's "
-                                                "predictors"),
-                      name: str | None = Query(None, description="the upload's name in "
-                                               "the answer"),
-                      mode: str = Query("inference", description=MODE_DOC),
-                      precision: str | None = Query(None, description=PRECISION_DOC)) -> Any:
-        """Predict the metrics of one ONNX model at one or more batch sizes."""
-        batches = parse_batches(batch)
-        source, label = await source_of(request, path)
-        return await guarded(_predict, source, label, batches, device, metrics, model, mode, precision)
+    @app.post("/predict", response_model=list[Result], responses=responses,
+              openapi_extra=doc(JOBS["predict"][0]))
+    async def predict(request: Request) -> Any:
+        """Predict the metrics of one ONNX model at one or more batch sizes
+        (`perfseer-rt predict --json`). A GPU device's answer carries the
+        smallest MIG profile the model fits (`mig`)."""
+        return await work(request, "predict")
 
-    @app.post("/check", response_model=CheckVerdict, responses=errors,
-              openapi_extra=body_doc)
-    async def check(request: Request, path: str | None = None, batch: int | None = None,
-                    device: str | None = None, max_latency_ms: float | None = None,
-                    max_memory_mb: float | None = None, model: str | None = None,
-                    name: str | None = None,
-                    mode: str = Query("inference", description=MODE_DOC)) -> Any:
-        """Does the model meet the budget (judged by the interval's upper end)?"""
-        source, label = await source_of(request, path)
+    @app.post("/check", response_model=CheckVerdict, responses=responses,
+              openapi_extra=doc(JOBS["check"][0]))
+    async def check(request: Request) -> Any:
+        """Does the model meet the budget (judged by the interval's upper
+        end)? (`perfseer-rt check --json`)"""
+        return await work(request, "check")
 
-        def run() -> dict[str, Any]:
-            with named_errors(source, label):
-                verdict = do_check(source, device, max_latency_ms=max_latency_ms,
-                                   max_memory_mb=max_memory_mb, batch=batch,
-                                   predictor_model=model, mode=mode)
-            verdict["prediction"]["model"] = label
-            return verdict
-
-        return await guarded(run)
+    @app.post("/inspect", response_model=LayerTable, responses=responses,
+              openapi_extra=doc(JOBS["inspect"][0]))
+    async def inspect(request: Request) -> Any:
+        """The model's totals and per-layer table (`perfseer-rt inspect --json`)."""
+        return await work(request, "inspect")
 
     @app.get("/devices", response_model=list[DeviceRow])
-    async def devices() -> list[dict[str, Any]]:
+    async def devices() -> Any:
         """The shipped predictors, their units, meanings and test accuracy."""
-        return device_rows()
+        return JSONResponse(await run_in_threadpool(device_rows))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
-        """The process is up."""
+        """Liveness: the server process answers (never behind the work limit)."""
         return {"status": "ok"}
 
     @app.get("/readyz", responses={503: {"model": ErrorBody}})
     async def readyz() -> Any:
-        """Predictors load and the default one answers."""
-        try:
-            pred = await run_in_threadpool(get_predictor, None)
-            await run_in_threadpool(_warm, pred)
-        except Exception as exc:  # noqa: BLE001 - any failure means not ready
-            return JSONResponse({"error": one_line(exc), "type": type(exc).__name__},
-                                status_code=503)
-        return {"status": "ready", "devices": sorted(predictors())}
+        """Would a prediction be accepted now? Workers started and warm (the
+        default predictor loads), and room among the places."""
+        alive = pool.ready + pool.running
+        reason = None
+        if pool.error and alive == 0:
+            reason = f"workers cannot start: {pool.error}"
+        elif alive == 0:
+            reason = "workers are starting"
+        elif state.admitted >= places:
+            reason = f"busy: all {places} places taken"
+        if reason is not None:
+            return JSONResponse({"error": reason, "type": "NotReady"}, status_code=503,
+                                headers=retry_after(pool.expected_wait_s()))
+        return {"status": "ready", "devices": state.devices, "workers_idle": pool.ready,
+                "jobs_running": pool.running, "queue_depth": pool.waiting,
+                "places_free": places - state.admitted}
 
+    @app.get("/metrics", response_class=Response)
+    async def prometheus() -> Response:
+        """Prometheus metrics (text exposition format)."""
+        metrics.queue_depth.set(pool.waiting)
+        metrics.running.set(pool.running)
+        metrics.admitted.set(state.admitted)
+        metrics.workers_ready.set(pool.ready)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.state.pool = pool
     return app
 
 
-def _warm(pred: Predictor) -> None:
-    _session(str(pred.model_file()), pred.threads)
+@dataclass
+class _State:
+    admitted: int = 0  # work requests holding a place
+    devices: list[str] = field(default_factory=list)
 
 
-def _version() -> str:
-    return __version__
+def _known_device(kwargs: dict[str, Any]) -> None:
+    """An unknown device (or one without a predictor for the mode) fails
+    before any upload is read."""
+    predictor_for(kwargs.get("device"), kwargs.get("mode", "inference"))
 
 
 def app_from_env() -> FastAPI:
@@ -281,4 +314,7 @@ def app_from_env() -> FastAPI:
         model_dir=Path(env["PERFSEER_RT_MODEL_DIR"]) if env.get("PERFSEER_RT_MODEL_DIR") else None,
         max_upload_mb=float(env.get("PERFSEER_RT_MAX_UPLOAD_MB", 256)),
         timeout_s=float(env.get("PERFSEER_RT_TIMEOUT_S", 60)),
-        max_concurrency=int(env.get("PERFSEER_RT_MAX_CONCURRENCY", 2))))
+        max_concurrency=int(env.get("PERFSEER_RT_MAX_CONCURRENCY", 2)),
+        max_queue=int(env.get("PERFSEER_RT_MAX_QUEUE", 16)),
+        queue_wait_s=float(env.get("PERFSEER_RT_QUEUE_WAIT_S", 30))))
+

@@ -71,3 +71,35 @@ class DeviceRow(_Open):
 class ErrorBody(BaseModel):
     error: str = Field(description="one line, the same as the CLI's")
     type: str = Field(description="the error's class, e.g. ModelLoadError")
+
+
+class LayerOutput(_Open):
+    tensor: str
+    shape: list[int]
+
+
+class Layer(_Open):
+    index: int
+    name: str
+    op: str
+    flops: float
+    mac_bytes: float = Field(description="bytes moved: inputs + weights + outputs")
+    weight_bytes: float
+    params: float
+    ai_flop_per_byte: float = Field(description="arithmetic intensity, FLOP per byte moved")
+    flops_share: float = Field(description="share of the model's FLOPs, 0..1")
+    out_elems: float
+    outputs: list[LayerOutput] = Field(description="the tensors it sends to other layers")
+
+
+class LayerTable(_Open):
+    model: str
+    input_shapes: dict[str, list[int]]
+    batch: int
+    totals: dict[str, float] = Field(description="nodes, edges, flops, mac_bytes, params, "
+                                     "weight_bytes, ai_flop_per_byte")
+    ops: dict[str, int]
+    layers: list[Layer]
+    unknown_ops: list[str] = []
+    warnings: list[str] = []
+    feature_version: str

@@ -1,0 +1,289 @@
+"""The options of a prediction, in one place.
+
+``perfseer-rt predict`` / ``check`` (their click options, built by
+:func:`perfseer_rt.cli.common.spec_options`) and the service (``POST
+/predict`` / ``/check``: query parameters, JSON and multipart fields, the
+OpenAPI page, :mod:`perfseer_rt.serve.params`) read this table; each
+option's value goes to the library call as the keyword the call takes
+(:func:`perfseer_rt.predict`, :func:`~perfseer_rt.predict.many.predict_many`,
+:func:`~perfseer_rt.predict.budget.check`). A command offers exactly the
+options whose keyword its call accepts (:func:`options_for`), so an option
+added here (with its keyword added to the call) appears on the command line,
+over HTTP and on the OpenAPI page at once.
+
+Every value arrives as text (a flag's value, a query parameter, a form
+field): ``--dim seq=128`` on the command line is ``?dim=seq=128`` over HTTP
+(repeatable both ways) and ``dims={"seq": 128}`` in Python. A bad value is
+an :class:`~perfseer_rt.errors.OptionError` naming the option, the value and
+what was expected.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfseer_rt.errors import OptionError
+from perfseer_rt.gpu.backward import OPTIMIZERS
+from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
+from perfseer_rt.gpu.precision import PRECISIONS
+from perfseer_rt.gpu.predictor import LAYOUTS
+from perfseer_rt.predict import api
+from perfseer_rt.predict.manifest import MODES
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option.
+
+    Attributes:
+        name: the command-line flag without ``--`` and the HTTP parameter
+            (``dim``; ``max_memory_mb`` is ``--max-memory-mb``).
+        keywords: the library keywords it may go to, first match wins
+            (``predict`` names the device's predictor ``model``, ``check``
+            ``predictor_model``).
+        help: one line for ``--help`` and the OpenAPI page.
+        parse: the texts given (one per use) -> the keyword's value.
+        multiple: repeatable (each use adds one value).
+        choices: the accepted values, when they are a fixed set.
+        metavar: how the value is written, for help texts.
+        example: a value for the OpenAPI page.
+    """
+
+    name: str
+    keywords: tuple[str, ...]
+    help: str
+    parse: Callable[[str, Sequence[str]], Any]
+    multiple: bool = False
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    example: str | None = None
+    default: str | None = field(default=None)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+# ------------------------------------------------------------------ parsers
+def _one(flag: str, values: Sequence[str]) -> str:
+    if len(set(values)) > 1:
+        raise OptionError(f"{flag} given {len(values)} times with different values "
+                          f"({', '.join(repr(v) for v in values)}); give it once")
+    return values[0]
+
+
+def parse_batches(flag: str, values: Sequence[str]) -> list[int | None]:
+    """``"1,8,32"`` -> ``[1, 8, 32]`` (duplicates dropped, order kept)."""
+    text = _one(flag, values)
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+        if not out or any(v < 1 for v in out):
+            raise ValueError
+    except ValueError:
+        raise OptionError(f"{flag} {text!r}: expected positive integers separated by "
+                          f"commas, e.g. {flag} 1,8,32") from None
+    return list(dict.fromkeys(out))
+
+
+def parse_batch(flag: str, values: Sequence[str]) -> int:
+    text = _one(flag, values)
+    try:
+        value = int(text)
+        if value < 1:
+            raise ValueError
+    except ValueError:
+        raise OptionError(f"{flag} {text!r}: expected one positive integer, e.g. {flag} 8") from None
+    return value
+
+
+def parse_input_shapes(flag: str, values: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``NAME:D1xD2x...`` values -> a name -> shape mapping."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for value in values:
+        name, sep, dims = value.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise OptionError(
+                f"{flag} {value!r}: expected NAME:D1xD2x... with positive integer "
+                f"dims, e.g. {flag} pixel_values:1x3x224x224") from None
+        if shapes.get(name, shape) != shape:
+            raise OptionError(f"{flag} {name} given twice with different shapes "
+                              f"({'x'.join(map(str, shapes[name]))} and {dims})")
+        shapes[name] = shape
+    return shapes
+
+
+def parse_dims(flag: str, values: Sequence[str]) -> dict[str, int]:
+    """``NAME=VALUE`` values (symbolic input dims) -> a mapping."""
+    dims: dict[str, int] = {}
+    for value in values:
+        name, sep, num = value.partition("=")
+        name = name.strip()
+        try:
+            if not sep or not name:
+                raise ValueError
+            size = int(num)
+            if size < 0:
+                raise ValueError
+        except ValueError:
+            raise OptionError(f"{flag} {value!r}: expected NAME=VALUE with a non-negative "
+                              f"integer, e.g. {flag} seq=128") from None
+        if dims.get(name, size) != size:
+            raise OptionError(f"{flag} {name} given twice with different values "
+                              f"({dims[name]} and {size})")
+        dims[name] = size
+    return dims
+
+
+def parse_name(flag: str, values: Sequence[str]) -> str:
+    text = _one(flag, values).strip()
+    if not text:
+        raise OptionError(f"{flag}: expected a name, got an empty value")
+    return text
+
+
+def parse_list(flag: str, values: Sequence[str]) -> list[str]:
+    """Comma-separated names (repeatable): ``a,b`` -> ``["a", "b"]``."""
+    out = [x.strip() for v in values for x in v.split(",") if x.strip()]
+    if not out:
+        raise OptionError(f"{flag}: expected comma-separated names, got an empty value")
+    return list(dict.fromkeys(out))
+
+
+def parse_limit(flag: str, values: Sequence[str]) -> float:
+    """A budget: a positive, finite number."""
+    text = _one(flag, values)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise OptionError(f"{flag} {text!r}: expected a positive, finite number")
+    return value
+
+
+def parse_power(flag: str, values: Sequence[str]) -> float:
+    """A power cap: watts in 1..5000."""
+    text = _one(flag, values)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1.0 <= value <= 5000.0:
+        raise OptionError(f"{flag} {text!r}: expected watts between 1 and 5000")
+    return value
+
+
+def choice(choices: tuple[str, ...]) -> Callable[[str, Sequence[str]], str]:
+    def parse(flag: str, values: Sequence[str]) -> str:
+        text = _one(flag, values)
+        if text not in choices:
+            raise OptionError(f"{flag} {text!r} is not one of "
+                              f"{', '.join(repr(c) for c in choices)}")
+        return text
+    return parse
+
+
+# ------------------------------------------------------------------ the table
+_PRECISIONS = tuple(PRECISIONS) + tuple(PRECISION_ALIASES)
+
+OPTIONS: tuple[Option, ...] = (
+    Option("batch", ("batches",), "Batch size(s), e.g. 8 or 1,8,32 (default: the model's "
+           "own, else 1).", parse_batches, metavar="N[,N...]", example="1,8"),
+    Option("batch", ("batch",), "Batch size (default: the model's own, else 1).",
+           parse_batch, metavar="N", example="8"),
+    Option("input", ("input_shapes",), "Shape of one graph input (repeatable).",
+           parse_input_shapes, multiple=True, metavar="NAME:D1xD2x...",
+           example="pixel_values:1x3x224x224"),
+    Option("dim", ("dims",), "Size of every input dim with this symbolic name (repeatable); "
+           "dims named by an expression of these take its value; a switch input of this "
+           "name (a merged decoder's use_cache_branch) takes the value.",
+           parse_dims, multiple=True, metavar="NAME=VALUE", example="seq=128"),
+    Option("device", ("device",), "Predictor device (see `perfseer-rt devices`, GET "
+           "/devices); default: the first shipped of the default devices.", parse_name,
+           example="cpu-amd-epyc-1t"),
+    Option("metrics", ("metrics",), "Comma-separated subset of the device's metrics.",
+           parse_list, metavar="NAME[,NAME...]", example="latency_ms,peak_mem_mb"),
+    Option("model", ("model", "model_name", "predictor_model"), "Which of the device's "
+           "predictors (default: the most accurate).", parse_name),
+    Option("precision", ("precision",), "GPU devices: how PyTorch runs the model: fp32 "
+           "(PyTorch's defaults: TF32 convolutions), tf32, fp32-strict, amp-fp16, amp-bf16 "
+           "(autocast), fp16, bf16 (half models); default fp32.",
+           choice(_PRECISIONS), choices=_PRECISIONS),
+    Option("mode", ("mode",), "inference: one inference call (default); train: one training "
+           "step (forward, loss, backward, optimizer update) with the device's training-step "
+           "predictor (GPU-prior devices: priced from their kernel prior, AdamW).",
+           choice(MODES), choices=MODES, default="inference"),
+    Option("optimizer", ("optimizer",), "GPU devices, mode train: the optimizer of the step "
+           "(default adamw).", choice(tuple(OPTIMIZERS)), choices=tuple(OPTIMIZERS)),
+    Option("layout", ("layout",), "GPU devices: memory format (nhwc: channels-last); default "
+           "nchw.", choice(LAYOUTS), choices=LAYOUTS),
+    Option("power_limit", ("power_limit_w",), "GPU devices: a power cap in watts.", parse_power,
+           metavar="W", example="300"),
+    Option("mig_profile", ("mig_profile",), "MIG-capable GPU devices: predict on this slice "
+           "(e.g. 1g.10gb).", parse_name, metavar="PROFILE", example="1g.10gb"),
+    Option("max_latency_ms", ("max_latency_ms",), "Latency budget, ms (a training step's "
+           "with mode train).", parse_limit, metavar="MS", example="50"),
+    Option("max_memory_mb", ("max_memory_mb",), "Memory budget, MiB (over the process "
+           "baseline, as predicted).", parse_limit, metavar="MIB", example="2048"),
+)
+
+
+def accepted(fn: Callable[..., Any]) -> tuple[set[str], set[str]]:
+    """The keywords ``fn`` takes, but its first parameter (the model or
+    models, never an option): its own, and those a ``**kwargs`` of ``fn``
+    passes on to :func:`perfseer_rt.predict` (as
+    :func:`~perfseer_rt.predict.many.predict_many` does; empty without one)."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    own = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    passed = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return own, (set().union(*accepted(api.predict)) - own if passed else set())
+
+
+def options_for(fn: Callable[..., Any]) -> list[tuple[Option, str]]:
+    """The options a command whose library call is ``fn`` offers, each with
+    the keyword it goes to: those with a keyword ``fn`` accepts (one of its
+    own before one it passes on), in table order, one per name."""
+    own, passed = accepted(fn)
+    out: list[tuple[Option, str]] = []
+    names: set[str] = set()
+    for opt in OPTIONS:
+        kw = next((k for k in opt.keywords if k in own), None) or \
+            next((k for k in opt.keywords if k in passed), None)
+        if kw is not None and opt.name not in names:
+            out.append((opt, kw))
+            names.add(opt.name)
+    return out
+
+
+def parse_options(fn: Callable[..., Any], given: Mapping[str, Sequence[str]],
+                  flag: Callable[[Option], str] = lambda o: o.flag) -> dict[str, Any]:
+    """The keyword arguments for ``fn`` from the texts ``given`` by option
+    name (options not given are left out: ``fn``'s defaults apply).
+    ``flag``: how an option is named in messages (``--dim`` on the command
+    line, ``dim`` over HTTP).
+
+    Raises:
+        OptionError: a bad value, or a name ``fn`` offers no option for.
+    """
+    offered = {opt.name: (opt, kw) for opt, kw in options_for(fn)}
+    unknown = sorted(set(given) - offered.keys())
+    if unknown:
+        raise OptionError(f"unknown option {unknown[0]!r}; this call takes "
+                          f"{', '.join(sorted(offered))}")
+    out: dict[str, Any] = {}
+    for name, values in given.items():
+        if not values:
+            continue
+        opt, kw = offered[name]
+        out[kw] = opt.parse(flag(opt), list(values))
+    return out
