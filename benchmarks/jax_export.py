@@ -1,6 +1,6 @@
 """Export small Flax (nnx) models and a jax.numpy function with jax2onnx,
 for ``benchmarks.real_exports``' ``jax2onnx`` section. Runs under an
-interpreter that has jax, flax and jax2onnx (their own venv; session 21:
+interpreter that has jax, flax and jax2onnx (their own venv; on 2026-11-25:
 ``python -m venv V && V/bin/pip install jax2onnx flax onnx==1.23.2
 onnxruntime``):
 ``python benchmarks/jax_export.py OUT_DIR [NAME ...]``. Random weights,

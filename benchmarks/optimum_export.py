@@ -2,7 +2,7 @@
 onnx``), for ``benchmarks.real_exports``' ``optimum`` section. Runs under an
 interpreter that has ``optimum-onnx`` (a venv made with
 ``--system-site-packages`` over this project's: optimum pins its own
-transformers; session 21: ``V/bin/pip install optimum-onnx``, which brought
+transformers; on 2026-11-25: ``V/bin/pip install optimum-onnx``, which brought
 optimum 2.1.0 and transformers 4.57.6): ``python benchmarks/optimum_export.py
 OUT_DIR [NAME ...]``.
 Each model is built from a small config with random weights, saved, and

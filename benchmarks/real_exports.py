@@ -23,7 +23,7 @@ Sections (``--only`` picks some):
   another rank fails.
 * ``hf-vision``: transformers' audio and vision models (wav2vec2, the
   Whisper encoder, DETR, YOLOS, SegFormer, CLIP's vision tower,
-  Mask2Former; since session 21 also RT-DETR, MobileViT, LeViT, ConvNeXt-V2,
+  Mask2Former; since 2026-11-25 also RT-DETR, MobileViT, LeViT, ConvNeXt-V2,
   Swin2SR, SAM's image encoder, Hiera, DINOv2, wav2vec2-Conformer) in small
   configurations, random weights, TorchScript
   exporter, dynamic batch; extracted at batch 2 and checked as ``detection``
@@ -460,7 +460,7 @@ def _hf_vision_models() -> dict[str, Callable[[], tuple]]:
             image_size=64, patch_size=16, **small)), torch.randn(1, 3, 64, 64), {0: "batch"}),
         "mask2former": lambda: (t.Mask2FormerForUniversalSegmentation(t.Mask2FormerConfig()),
                                 torch.randn(1, 3, 128, 128), {0: "batch"}),
-        # added in session 21 (each extracted exactly when tried)
+        # added 2026-11-25 (each extracted exactly when tried)
         "rt-detr": lambda: (t.RTDetrForObjectDetection(t.RTDetrConfig(
             num_queries=30, decoder_layers=1)), torch.randn(1, 3, 128, 128), {0: "batch"}),
         "mobilevit": lambda: (t.MobileViTForImageClassification(t.MobileViTConfig(image_size=64)),

@@ -1,7 +1,7 @@
 """Export Ultralytics YOLO models to ONNX (for ``benchmarks.real_exports``'
 ``ultralytics`` section). Runs under an interpreter that has ``ultralytics``
 (a venv made with ``--system-site-packages`` over this project's, so that it
-shares torch and onnx; session 21: ``python -m venv --system-site-packages V
+shares torch and onnx; on 2026-11-25: ``python -m venv --system-site-packages V
 && V/bin/pip install ultralytics==8.4.190 onnxslim``):
 ``python benchmarks/ultralytics_export.py OUT_DIR [NAME ...]``. Each model is
 built from its YAML (random weights: nothing is downloaded) and exported as

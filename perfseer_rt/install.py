@@ -3,7 +3,7 @@
 ``onnxruntime`` and ``onnxruntime-gpu`` install the same ``onnxruntime``
 module; with both present the files of the last one installed win and the
 other's metadata lies. ``perfseer-rt`` depends on the first and
-``perfseer-rt-gpu`` on the second (README "Install choices"), so both only
+``perfseer-rt-gpu`` on the second (docs/install.md), so both only
 appear when the two were mixed in one environment.
 """
 

@@ -514,7 +514,7 @@ def test_nodes_out_of_order_are_sorted_and_a_cycle_is_named():
 
 def test_fixed_input_shapes_are_read_and_flagged():
     """onnxruntime plans CPU memory differently when every shape is known
-    (README, "Exporters"): a model whose inputs are all fixed says so; the
+    (reports/cpu-amd-epyc-1t/model_kinds.md): a model whose inputs are all fixed says so; the
     same model with a dynamic batch axis does not."""
     fixed = extract(single_op("Relu", [2, 4]))
     dynamic = extract(single_op("Relu", ["N", 4]), batch=2)
@@ -525,7 +525,7 @@ def test_fixed_input_shapes_are_read_and_flagged():
 
 def test_weights_in_an_external_file_are_read_and_flagged(tmp_path):
     """onnxruntime holds no copy of external weights while it creates the
-    session (README, "External weights"): a model whose weights sit in a
+    session (reports/cpu-amd-epyc-1t/model_kinds.md): a model whose weights sit in a
     data file beside it says so; the same model given as bytes, or
     structure-only (its data file absent), does not, and the features are
     the same."""

@@ -157,7 +157,7 @@ def test_mig_rule():
 
 def test_external_weights_leave_session_creation_without_their_copy(tmp_path):
     """onnxruntime holds no copy of weights stored as external data while it
-    creates the session (README, "External weights"): the shipped CPU
+    creates the session (reports/cpu-amd-epyc-1t/model_kinds.md): the shipped CPU
     predictor's session-creation phase is reported less those bytes, the
     inference phase as before, the peak the larger of the two."""
     registry.predictors.cache_clear()
@@ -187,7 +187,7 @@ def test_external_weights_leave_session_creation_without_their_copy(tmp_path):
 def test_ops_the_training_data_never_held_are_named_with_their_share():
     """The ONNX Model Zoo's Caffe2 AlexNet, Inception-v1 and ZFNet hold LRN,
     which no model of the CPU predictor's training data does: their latency
-    was 31-42 % under the measurement (README, "Real models")."""
+    was 31-42 % under the measurement (reports/extractor/rounds.md)."""
     lrn = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
                  helper.make_node("LRN", ["c"], ["n"], size=5),
                  helper.make_node("Relu", ["n"], ["y"])],

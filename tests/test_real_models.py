@@ -98,8 +98,8 @@ def test_llama_from_torchs_default_exporter_at_opset_20_and_23():
 
 def test_the_exporter_is_read_and_a_dynamo_export_is_flagged():
     """The shipped CPU predictors were trained on TorchScript exports; the
-    dynamo exporter's spelling of a model can use other memory (README,
-    "Exporters"), so predictions on its exports say so."""
+    dynamo exporter's spelling of a model can use other memory
+    (reports/cpu-amd-epyc-1t/model_kinds.md), so predictions on its exports say so."""
     dyn = extract(MODELS / "llama_dynamo_op20.onnx", dims={"seq": 16})
     ts = extract(MODELS / "bert_small.onnx", dims={"seq": 16})
     assert dyn.info["exporter"] == "torch-dynamo" and ts.info["exporter"] == "torch-torchscript"

@@ -7,7 +7,7 @@ TorchScript one (``torch.onnx.export(..., dynamo=False)``, which wrote every
 model perfseer-rt's CPU predictors were trained on) and the dynamo one
 (``dynamo=True``, torch's default since 2.9), which marks every node with
 ``pkg.torch.onnx.*`` metadata. The two spellings of one model can run
-differently under onnxruntime (README, "Exporters"), so a prediction says
+differently under onnxruntime (docs/cpu.md, "What it cannot see"), so a prediction says
 which one it saw. So can one model exported with and without a dynamic
 batch axis: onnxruntime plans CPU memory differently when every shape is
 known when the session is created. And so can one model with its weights in

@@ -26,7 +26,7 @@ from perfseer_rt.predict.registry import Predictor
 #: a few hundred nodes keep them near the core's cache: over 200 NAS-Bench-201
 #: graphs (24,508 nodes) on one core, calls of 500..4,000 nodes ran at
 #: 1,250..1,330 graphs/s on the AMD EPYC (one call of all: ~940); on the Intel
-#: Xeon of session 19 calls of 384..768 nodes ran at ~800 graphs/s, 2,048 at
+#: Xeon (family 6 model 167) calls of 384..768 nodes ran at ~800 graphs/s, 2,048 at
 #: ~705, 256 at ~715 (the default blend, 3 rounds). A graph larger
 #: than this goes alone. Each graph's prediction depends on that graph only:
 #: chunking changes speed, and results only in the last float32 bit (GEMM
@@ -119,7 +119,7 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     less the weights stored as external data (``external_mb`` [G], MiB: the
     predictors learned models whose file, weights included, is read into
     memory while the session is created; onnxruntime holds no such copy of
-    external weights: README "External weights"), then peak memory =
+    external weights: reports/cpu-amd-epyc-1t/model_kinds.md), then peak memory =
     max(session creation, inference) where the manifest combines them so. A
     calibration fits its corrections on the quantity before them (the base
     entry as it reports), so fit and use agree."""

@@ -16,7 +16,7 @@ and shipped in the manifest's ``seernet.uncertainty`` section:
 * **Disagreement.** The shipped blend holds two models (SeerNet and trees
   on the global features); its second output is their gap per metric,
   ``log(SeerNet) - log(trees)``. Where they disagree, the blend errs more
-  (session 14's predictor on the real-model checks 10-14: the third of rows
+  (the d3c7c56 predictor on the real-model checks 10-14: the third of rows
   with the largest memory gap had 2.5x the memory MAPE of the rest), so a metric whose gap
   is beyond its calibrated threshold gets a warning, and a metric whose
   intervals are ``scale: "disagreement"`` gets bounds proportional to

@@ -7,10 +7,10 @@ fills the weights with random values at profile time
 (:func:`perfseer_rt.calibrate.reference.materialize`).
 
 The set spans the families of the shipped CPU predictor's training data. The
-first 16 (session 13) are small zoo models at batch 1 (a few at batch 4),
+first 16 (2026-11-24) are small zoo models at batch 1 (a few at batch 4),
 about 1..40 ms on one core; :data:`REAL_SIZE` adds eight published
 architectures the predictor was trained on, at the sizes users run (about
-10..130 ms on one core of an AMD EPYC): on an Intel Xeon (session 18) the
+10..130 ms on one core of an AMD EPYC): on an Intel Xeon (family 6 model 167) the
 small ones ran 0.56x their AMD prediction and real timm models 0.66x, so a
 correction fitted on small models alone was 15 % low on real ones
 (``reports/cpu-intel-xeon/``). Profiling all of them takes well under a

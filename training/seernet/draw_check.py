@@ -17,7 +17,7 @@ HF text models, less every model that
 The fixed plan draws every HF model of the zoo sooner or later, so HF
 models are excluded by the data and the checks only: a model added to the
 zoo for a check is new to both, and resuming the extension campaign must
-leave the checks' models out (README).
+leave the checks' models out (docs/development.md).
 
 It writes the plan (``--out``, JSON: the draw, the exclusions, the specs and
 the command that measures them) and prints the specs. No model is exported
@@ -43,7 +43,7 @@ from training.seernet.recalibrate import model_name, trained_models
 from training.zoo.real import hf_text
 
 TIMM_LIST = Path(__file__).resolve().parents[1] / "zoo" / "real" / "timm_models.json"
-#: The large-batch extension's plan (README "Extend the large-batch folder").
+#: The large-batch extension's plan (docs/development.md, "The CPU predictor").
 EXTENSION_PLAN: dict[str, Any] = {"seed": 9, "count": 400, "families": ["timm", "hf"],
                                   "batches": [16, 32, 64], "batches_per_arch": 2}
 

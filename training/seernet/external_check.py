@@ -1,6 +1,6 @@
 """The same model with its weights inline and as external data: measured
 peak memory of each (the figures behind the extractor's external-weights
-warning, README "External weights").
+warning, reports/cpu-amd-epyc-1t/model_kinds.md).
 
 Each model (an ONNX file with its weights) is saved twice in ``--work``,
 weights inline and weights in one external data file beside it, and both

@@ -6,7 +6,7 @@ process with onnxruntime's memory pattern and CPU arena on or off.
 Prints JSON: the peak resident memory (VmHWM, MiB) over the RSS after the
 session is created, after the first run and after three runs. Run one
 setting per process (the high-water mark is reset once, after session
-creation, through ``/proc/self/clear_refs``; Linux only). Session 15 found
+creation, through ``/proc/self/clear_refs``; Linux only). On 2026-11-24 it found
 with it that, with the defaults, the second run allocates the recorded
 memory pattern as one more block on top of the arena the first run filled
 (``reports/cpu-amd-epyc-1t/README.md``).

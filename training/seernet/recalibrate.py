@@ -25,7 +25,7 @@ its batch group, else all the checks' residuals of that metric. What it did is k
 The disagreement warning's thresholds (where the predictor has one) are
 chosen again on the same check rows (:func:`real_model_warnings`): the
 export chose them on held-out families, whose gaps are smaller than real
-models' (session 15: on the real-model held-out split the export's
+models' (85bb9c2: on the real-model held-out split the export's
 thresholds, with the distance warning, fired on 65 % of the configurations
 within 10 %).
 
@@ -34,8 +34,8 @@ predictor's intervals and warnings: read them on a check measured after.
 
 **Field scale** (``--field-scale-checks``): the labels were measured over
 days on shared machines whose speed drifts; real models measured later with
-the shipped profiler can sit a few percent off them as a whole (session 14:
-every check of sessions 12-13 measured 0.92-0.94x the predicted latency,
+the shipped profiler can sit a few percent off them as a whole (d3c7c56:
+every check measured on 2026-11-24 before it 0.92-0.94x the predicted latency,
 while the profiler and the campaign read the same models alike). Given checks
 measured after the labels, of models never trained on, each metric's
 factor is the median of ``measured / predicted`` over their rows; it is

@@ -178,7 +178,7 @@ def export_onnx(config: ModelConfig, path: str | os.PathLike, batch: int | None 
         exporter: ``"torchscript"`` (``dynamo=False`` with constant folding:
             every dataset) or ``"dynamo"`` (``dynamo=True``, torch's default
             since 2.9: what a user exporting today gets; for the checks of
-            README "Exporters").
+            reports/cpu-amd-epyc-1t/model_kinds.md).
 
     Models over :data:`LARGE_MODEL_BYTES` of weights are saved with their
     weights in ``<name>.data`` beside ``path`` (onnxruntime finds it there).

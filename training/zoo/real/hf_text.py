@@ -100,7 +100,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                     "tie_word_embeddings": True, "max_position_embeddings": 2048}),
     "distilbert-multilingual": ("distilbert", "DistilBertConfig", "encoder",  # 119k-token vocabulary
                                 {"vocab_size": 119547}),
-    # added 2026-11-24 (session 10) for the fourth untuned check (not measured before it)
+    # added 2026-11-24 for the fourth untuned check (not measured before it)
     "deberta-v3-small": ("deberta", "DebertaV2Config", "encoder",  # microsoft/deberta-v3-small
                          {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
                           "intermediate_size": 3072, "vocab_size": 128100, "relative_attention": True,
@@ -115,7 +115,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
                      "vocab_size": 262144, "sliding_window": 512, "tie_word_embeddings": True,
                      "max_position_embeddings": 32768}),
-    # added 2026-11-25 (session 11) for the fifth untuned check (not measured before it)
+    # added 2026-11-24 for the fifth untuned check (not measured before it)
     "squeezebert": ("squeezebert", "SqueezeBertConfig", "encoder", {}),  # squeezebert/squeezebert-uncased
     "qwen3-0.6b": ("qwen3", "Qwen3Config", "causal",  # Qwen/Qwen3-0.6B
                    {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
@@ -123,7 +123,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                     "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960}),
     "bloom-560m": ("bloom", "BloomConfig", "causal",  # bigscience/bloom-560m: ALiBi, a 251k-token vocabulary
                    {"hidden_size": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 250880}),
-    # added 2026-11-24 (session 12) for the sixth untuned check (not measured before it)
+    # added 2026-11-24 for the sixth untuned check (not measured before it)
     "opt-350m": ("opt", "OPTConfig", "causal",  # facebook/opt-350m: post-norm, 512-wide embeddings
                  {"hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "vocab_size": 50272, "word_embed_proj_dim": 512, "do_layer_norm_before": False}),
@@ -133,7 +133,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     "mt5-small-encoder": ("t5", "T5Config", "t5-encoder",  # google/mt5-small: a 250k-token vocabulary
                           {"d_model": 512, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "d_kv": 64,
                            "vocab_size": 250112, "feed_forward_proj": "gated-gelu"}),
-    # added 2026-11-24 (session 13) for the eighth untuned check (not measured before it)
+    # added 2026-11-24 for the eighth untuned check (not measured before it)
     "mobilellm-125m": ("llama", "LlamaConfig", "causal",  # facebook/MobileLLM-125M: deep and thin, 30 layers
                        {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                         "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 32000,
@@ -142,12 +142,12 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
                           {"n_layer": 20, "n_embd": 1024, "n_head": 16, "rotary_dim": 32, "vocab_size": 51200,
                            "n_positions": 2048, "n_ctx": 2048}),
     "convbert-base": ("convbert", "ConvBertConfig", "encoder", {}),  # YituTech/conv-bert-base: span conv heads
-    # added 2026-11-24 (session 13) for the ninth untuned check (not measured before it)
+    # added 2026-11-24 for the ninth untuned check (not measured before it)
     "gpt2-medium": ("gpt2", "GPT2Config", "causal", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
     "bert-large": ("bert", "BertConfig", "encoder",  # google-bert/bert-large-uncased
                    {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                     "intermediate_size": 4096}),
-    # added 2026-11-24 (session 13) for the tenth untuned check (not measured before it)
+    # added 2026-11-24 for the tenth untuned check (not measured before it)
     "roberta-large": ("roberta", "RobertaConfig", "encoder",  # FacebookAI/roberta-large
                       {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                        "intermediate_size": 4096, "vocab_size": 50265, "max_position_embeddings": 514,
