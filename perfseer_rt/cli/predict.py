@@ -127,9 +127,12 @@ _mode_opt = click.option(
               "default the first such model ends the run.")
 @click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Processes to extract the models in.")
+@click.option("--extrapolate", is_flag=True, help="Predict a model far outside what the device's "
+              "predictor was trained on (refused by default, exit 2); its interval then spans the "
+              "factor by which it lies outside, with no stated coverage.")
 def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
             device: str | None, metrics: str | None, model_name: str | None, precision: str | None,
-            mode: str, as_json: bool, keep_going: bool, workers: int) -> None:
+            mode: str, as_json: bool, keep_going: bool, workers: int, extrapolate: bool) -> None:
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     failed: list[str] = []
@@ -143,14 +146,16 @@ def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...],
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
                            model_name=model_name, precision=precision, dims=parse_dims(dims),
-                           mode=mode, workers=workers, on_error=report if keep_going else None)
+                           mode=mode, workers=workers, on_error=report if keep_going else None,
+                           extrapolate=extrapolate)
     if as_json:
         emit_json(results)
     else:
         click.echo(render_table(results))
     if failed:
         click.echo(f"perfseer-rt: {len(failed)} of {len(failed) + len({r['model'] for r in results})} "
-                   "model(s) could not be extracted (their errors are above)", err=True)
+                   "model(s) could not be extracted or lie far outside the predictor's domain "
+                   "(their errors are above)", err=True)
         sys.exit(2)
 
 

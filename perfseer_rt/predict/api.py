@@ -19,7 +19,7 @@ from perfseer_rt.gpu.predict import predict_gpu
 from perfseer_rt.gpu.predict_train import predict_gpu_train
 from perfseer_rt.graph import PerfGraph, extract, layout
 from perfseer_rt.graph.ops import cost_kind
-from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
+from perfseer_rt.predict import domain, explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import OUTPUT_NAMES, FieldScale, MemoryParts, Uncertainty, concat_graphs
 from perfseer_rt.predict.registry import Predictor
@@ -113,8 +113,8 @@ def external_weights_mb(graphs: Sequence[PerfGraph]) -> np.ndarray:
                      float(g.globals["weight_total"]) / 2**20 for g in graphs])
 
 
-def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None
-             ) -> np.ndarray:
+def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None,
+             graphs: Sequence[PerfGraph] | None = None) -> np.ndarray:
     """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
     the shipped field scale applied, then a calibrated entry's corrections
     (each metric's; the peak-memory one to both memory phases too, so the
@@ -125,7 +125,9 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     external weights: README "External weights"), then peak memory =
     max(session creation, inference) where the manifest combines them so. A
     calibration fits its corrections on the quantity before them (the base
-    entry as it reports), so fit and use agree."""
+    entry as it reports), so fit and use agree. ``graphs``: the graphs of
+    the rows, for a correction per kind of work
+    (:meth:`~perfseer_rt.predict.correction.Correction.apply`)."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
@@ -137,7 +139,8 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
             phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
             for t in [name] + [ph for ph in phases if ph not in adjust]:  # a phase's own entry wins
                 if t in col:
-                    values[:, col[t]] = how.apply(values[:, col[t]])
+                    values[:, col[t]] = how.apply(values[:, col[t]], graphs) if isinstance(how, Correction) \
+                        else how.apply(values[:, col[t]])
     if mem is not None:
         if external_mb is not None:
             load = values[:, col[mem.load]]
@@ -283,7 +286,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             model: str | None = None, precision: str | None = None,
-            dims: dict[str, int] | None = None, mode: str = "inference") -> list[dict[str, Any]]:
+            dims: dict[str, int] | None = None, mode: str = "inference",
+            extrapolate: bool = False) -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -301,6 +305,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         dims: symbolic input dims by name, as for :func:`perfseer_rt.extract`.
         mode: ``"inference"`` (default) or ``"train"``: one training step
             (the device's training-step predictor, :mod:`.train_mode`).
+        extrapolate: predict a model far outside the predictor's domain
+            anyway (:mod:`.domain`); its intervals then span how far outside it is.
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -312,6 +318,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         training-step predictor for ``mode="train"`` (gpu-prior devices price
         the training step from their kernel prior, :mod:`perfseer_rt.gpu.predict_train`).
         MetricError: a metric the device's predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
+        DomainError: a model far outside the predictor's domain (without
+        ``extrapolate``), or a prediction that is not a finite positive number.
     """
     if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
         models = [models]
@@ -333,8 +341,12 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
               for m in models]
     if not graphs:
         return []
+    # domain hook (perfseer_rt.predict.domain): refuse far graphs, finite positive numbers only
+    names = [os.fspath(m) if isinstance(m, (str, os.PathLike)) else f"model {i + 1}" for i, m in enumerate(models)]
+    far = domain.screen(domain.of_predictor(pred.manifest, pred.folder), graphs, names, pred.device, extrapolate)
     raw, raw_gap = run_with_gaps(pred, graphs, model)
-    values = reported(pred, raw, external_weights_mb(graphs))
+    values = reported(pred, raw, external_weights_mb(graphs), graphs)
+    domain.check_values(values, pred.outputs, names)
     gaps = None if raw_gap is None else uncertainty.phase_gaps(raw_gap, values, pred.outputs, pred.memory)
     cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
     mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
@@ -358,6 +370,9 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
                            None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
                            calibrated=(model or pred.default_model) == pred.default_model,
                            corrections=fixes)
+        outside = far[i]
+        if outside is not None:
+            domain.mark_extrapolated(result, outside[0], outside[1])
         if pred.memory is not None and pred.memory.peak in wanted:
             metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
         if pred.mig_gpu and mem_metric:
