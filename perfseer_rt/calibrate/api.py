@@ -5,9 +5,10 @@
    ``threads`` intra-op threads on the CPU (default: onnxruntime's own
    count, :mod:`perfseer_rt.calibrate.threads`), in :data:`ROUNDS` rounds
    over the whole set (a burst of other load then disturbs one round of
-   each model, not all of them). Latency is the fastest timed run over the
-   rounds (robust to other load on the machine), peak memory the least of
-   the rounds' peaks as the profiler reads them.
+   each model, not all of them). Latency is the geometric mean of the
+   rounds' medians (what ``perfseer-rt profile`` reports; a round whose
+   robust CV is over 5 % is timed again once), peak memory the least of the
+   rounds' peaks as the profiler reads them.
 2. Predict the same models with a base device's predictor.
 3. Fit, per metric the base predicts and the profiler measured, the
    correction measured ~ base prediction (:mod:`perfseer_rt.calibrate.fit`;
@@ -73,7 +74,7 @@ class CalibrationResult:
         """Reference models whose median run was over 1.25x their fastest: the
         machine was busy while they ran, and the latency correction is unreliable."""
         return [r["name"] for r in self.measured
-                if r.get("latency_ms") and r.get("latency_median_ms", 0) > BUSY_RATIO * r["latency_ms"]]
+                if r.get("latency_min_ms") and (r.get("latency_ms") or 0) > BUSY_RATIO * r["latency_min_ms"]]
 
 
 def default_name(provider: str = "cpu", threads: int | None = None) -> str:
@@ -104,20 +105,22 @@ def _measure(refs: Sequence[Reference], provider: str, threads: int | None, roun
     rows = []
     for ref in refs:
         recs = per[ref.name]
-        ok = [r for r in recs if r.get("status") == "ok" and r.get("latency_min_ms")]
+        ok = [r for r in recs if r.get("status") == "ok" and r.get("latency_ms")]
         if not ok:
             rows.append({"name": ref.name, "spec": ref.spec, "batch": ref.batch, "status": recs[-1].get("status"),
-                         "latency_ms": None, "latency_median_ms": None, "peak_mem_mb": None,
+                         "latency_ms": None, "latency_min_ms": None, "peak_mem_mb": None,
                          "error": recs[-1].get("error")})
             continue
-        steady = min(ok, key=lambda r: r.get("latency_robust_cv") or 0.0)
         mems = [r["peak_mem_mb"] for r in ok if r.get("peak_mem_mb")]
-        # The fit uses the fastest run (latency_min_ms), not the median: other load on
-        # the machine inflates the median by a model-dependent factor, the minimum
-        # hardly; on a quiet core the two differ by a few per cent.
+        # The fit uses the rounds' medians (geometric mean), what `perfseer-rt profile`
+        # reports; each round's window was timed again while its robust CV was over
+        # the bound. The fastest run only flags a busy machine: under other load even
+        # it is inflated, by a factor that changes from round to round.
         rows.append({"name": ref.name, "spec": ref.spec, "batch": ref.batch, "status": "ok",
-                     "latency_ms": min(r["latency_min_ms"] for r in ok),
-                     "latency_median_ms": steady["latency_ms"], "latency_cv": steady.get("latency_robust_cv"),
+                     "latency_ms": float(np.exp(np.mean([np.log(r["latency_ms"]) for r in ok]))),
+                     "latency_min_ms": min(r["latency_min_ms"] for r in ok),
+                     "latency_round_ms": [r["latency_ms"] for r in ok],
+                     "latency_cv": max(r.get("latency_robust_cv") or 0.0 for r in ok),
                      "rounds": len(ok), "peak_mem_mb": min(mems) if mems else None, "error": None})
     return rows
 
@@ -177,7 +180,7 @@ def calibrate(name: str | None = None, base: str = DEFAULT_BASE, provider: str =
                                       how=f"perfseer-rt calibrate: {len(ok)} bundled reference models profiled "
                                           f"with onnxruntime {provider.upper()} EP"
                                           + (f", {threads} intra-op thread(s)" if threads else "")
-                                          + f", fastest run of {max(1, rounds)} rounds",
+                                          + f", median latency of {max(1, rounds)} rounds",
                                       threads=threads)
     res.measured = rows
     res.seconds = time.perf_counter() - t0
@@ -241,8 +244,8 @@ def _manifest(name: str, base_pred: Predictor, corrections: dict[str, Correction
     doc["calibration"] = {
         "base": base_pred.device, "how": how, "threads": threads,
         "corrections": {m: c.to_dict() for m, c in corrections.items()},
-        "models": [{k: r.get(k) for k in ("name", "spec", "batch", "latency_ms", "latency_median_ms", "latency_cv",
-                                          "rounds", "peak_mem_mb") if k in r} for r in rows],
+        "models": [{k: r.get(k) for k in ("name", "spec", "batch", "latency_ms", "latency_min_ms", "latency_round_ms",
+                                          "latency_cv", "rounds", "peak_mem_mb") if k in r} for r in rows],
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     doc["accuracy"] = {"test": {model: {m: {"mape": c.cv_mape, "within_10": c.cv_within_10, "count": c.count,
