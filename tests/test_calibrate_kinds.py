@@ -119,3 +119,25 @@ def test_calibrate_refuses_more_threads_than_cpus_before_profiling(tmp_path, mon
     r = CliRunner().invoke(main, ["calibrate", "--threads", str((os.cpu_count() or 1) + 1)])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "--threads" in r.output
     assert not (tmp_path / "devices").exists()
+
+
+def test_expected_error_on_real_models_adds_the_base_error_in_quadrature():
+    from perfseer_rt.calibrate.api import expected_real_mape
+    from perfseer_rt.predict.registry import get_predictor
+
+    base = get_predictor("cpu-amd-epyc-1t")
+    real = base.manifest["accuracy"]["real"][base.default_model]["latency_ms"]["mape"]
+    c = Correction("latency_ms", "scale", 0.5, 1.0, 20, 6.0, 80.0, 40.0)
+    got = expected_real_mape(c, base)
+    assert got["base_real_mape"] == pytest.approx(real)
+    assert got["expected_mape"] == pytest.approx(float(np.hypot(6.0, real)))
+
+
+def test_round_spread_flags_a_machine_whose_speed_changed():
+    from perfseer_rt.calibrate.api import ROUND_SPREAD_WARN, CalibrationResult
+
+    steady = [{"latency_round_ms": [10.0 * (i + 1), 10.0 * (i + 1) * f]} for i, f in enumerate([1.0, 1.01, 0.99, 1.0])]
+    jumpy = [{"latency_round_ms": [10.0, 10.0 * f]} for f in [1.0, 1.3, 0.8, 1.2]]
+    assert CalibrationResult("x", None, "b", {}, measured=steady).round_spread < ROUND_SPREAD_WARN
+    assert CalibrationResult("x", None, "b", {}, measured=jumpy).round_spread > ROUND_SPREAD_WARN
+    assert CalibrationResult("x", None, "b", {}, measured=jumpy[:2]).round_spread is None

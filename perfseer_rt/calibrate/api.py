@@ -51,6 +51,8 @@ from perfseer_rt.profile.worker import ProfileWorker
 
 DEFAULT_BASE = "cpu-amd-epyc-1t"
 BUSY_RATIO = 1.25  # median / fastest run above this: other load disturbed the measurement
+#: :attr:`CalibrationResult.round_spread` above this: the latency calibration is unreliable
+ROUND_SPREAD_WARN = 0.05
 #: Passes over the reference set; each model's fastest run over them is kept.
 ROUNDS = 2
 #: One reference model's timing in a round: short windows, timed once more when noisy.
@@ -68,6 +70,19 @@ class CalibrationResult:
     corrections: dict[str, Correction]
     measured: list[dict[str, Any]] = field(default_factory=list)  # per reference model: name, batch, metric values
     seconds: float = 0.0
+    #: metric -> :func:`expected_real_mape`
+    expected: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def round_spread(self) -> float | None:
+        """How much the rounds disagree: the standard deviation over the
+        reference models of ``log(round 2 / round 1)`` of their median
+        latency (None with fewer than 3 models measured twice). On a quiet
+        machine a few per cent; far above :data:`ROUND_SPREAD_WARN`, the
+        machine's speed changed while it was measured."""
+        q = [np.log(r["latency_round_ms"][1] / r["latency_round_ms"][0]) for r in self.measured
+             if len(r.get("latency_round_ms") or []) >= 2]
+        return float(np.std(q)) if len(q) >= 3 else None
 
     @property
     def busy(self) -> list[str]:
@@ -75,6 +90,19 @@ class CalibrationResult:
         machine was busy while they ran, and the latency correction is unreliable."""
         return [r["name"] for r in self.measured
                 if r.get("latency_min_ms") and (r.get("latency_ms") or 0) > BUSY_RATIO * r["latency_min_ms"]]
+
+
+def expected_real_mape(correction: Correction, base_pred: Predictor) -> dict[str, float | None]:
+    """The error to expect on real models: the correction's leave-one-out
+    MAPE over the reference models (this machine, the references' noise)
+    and the base predictor's own MAPE on real models it never saw (its
+    manifest's ``real`` split, else its test split), combined as
+    independent errors, ``sqrt(cv^2 + base^2)`` (%)."""
+    acc = base_pred.manifest.get("accuracy") or {}
+    split = acc.get("real") or acc.get("arch") or acc.get("test") or {}
+    base = (split.get(base_pred.default_model, {}).get(correction.metric) or {}).get("mape")
+    return {"cv_mape": correction.cv_mape, "base_real_mape": base,
+            "expected_mape": float(np.hypot(correction.cv_mape, base)) if base is not None else None}
 
 
 def default_name(provider: str = "cpu", threads: int | None = None) -> str:
@@ -230,7 +258,8 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
         ref = base_pred.uncertainty.reference_file
         files[ref] = base_pred.folder / ref
     write_entry(Path(folder), manifest, files, overwrite=overwrite)
-    return CalibrationResult(name, Path(folder), base, corrections)
+    return CalibrationResult(name, Path(folder), base, corrections,
+                             expected=manifest["calibration"]["expected_on_real_models"])
 
 
 def _manifest(name: str, base_pred: Predictor, corrections: dict[str, Correction],
@@ -244,6 +273,7 @@ def _manifest(name: str, base_pred: Predictor, corrections: dict[str, Correction
     doc["calibration"] = {
         "base": base_pred.device, "how": how, "threads": threads,
         "corrections": {m: c.to_dict() for m, c in corrections.items()},
+        "expected_on_real_models": {m: expected_real_mape(c, base_pred) for m, c in corrections.items()},
         "models": [{k: r.get(k) for k in ("name", "spec", "batch", "latency_ms", "latency_min_ms", "latency_round_ms",
                                           "latency_cv", "rounds", "peak_mem_mb") if k in r} for r in rows],
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

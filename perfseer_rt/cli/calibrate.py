@@ -7,6 +7,7 @@ import math
 import click
 from tqdm import tqdm
 
+from perfseer_rt.calibrate.api import ROUND_SPREAD_WARN
 from perfseer_rt.calibrate.api import calibrate as do_calibrate
 from perfseer_rt.calibrate.reference import references
 from perfseer_rt.cli.common import emit_json
@@ -50,6 +51,7 @@ def calibrate(name: str | None, base: str, provider: str, threads: int | None, o
     if as_json:
         emit_json({"device": res.device, "folder": str(res.folder), "base": res.base,
                    "seconds": res.seconds, "corrections": {m: c.to_dict() for m, c in res.corrections.items()},
+                   "expected_on_real_models": res.expected, "round_spread": res.round_spread,
                    "models": res.measured, "busy_models": res.busy})
         return
     threads_used = next((c.threads for c in res.corrections.values() if c.threads), None)
@@ -58,9 +60,19 @@ def calibrate(name: str | None, base: str, provider: str, threads: int | None, o
     for m, c in res.corrections.items():
         click.echo(f"  {m:<12} cross-validated MAPE {c.cv_mape:.1f} % ({c.cv_within_10:.0f} % within +-10 %, "
                    f"{c.count} models; uncorrected base {c.base_mape:.1f} %; {_how(c)})")
+        exp = res.expected.get(m) or {}
+        if exp.get("expected_mape") is not None:
+            click.echo(f"  {'':<12} on real models expect about {exp['expected_mape']:.1f} % (with the shipped "
+                       f"predictor's own {exp['base_real_mape']:.1f} % on real models it never saw)")
     if len(res.busy) * 4 > len(res.measured):
         click.echo(f"  warning: the machine was busy ({len(res.busy)} of {len(res.measured)} models ran their median "
                    "over 1.25x their fastest run); latency calibration is unreliable: rerun on a quiet machine "
+                   "with --force")
+    spread = res.round_spread
+    if spread is not None and spread > ROUND_SPREAD_WARN:
+        click.echo(f"  warning: the two rounds of each reference model differ by {100 * spread:.0f} % (standard "
+                   f"deviation; a quiet machine: a few %): this machine's speed changed while it was measured, "
+                   "and real models measured at another moment will differ by as much; rerun on a quiet machine "
                    "with --force")
     failed = [r for r in res.measured if r["status"] != "ok"]
     for r in failed:

@@ -72,8 +72,8 @@ def export_all(specs: Sequence[str], work: Path) -> dict[str, str]:
 
 def measure(path: str, batch: int, threads: int, cpus: str, min_runs: int, rt: bool = False) -> dict[str, Any]:
     cmd = (["chrt", "-f", "10"] if rt else []) + [
-        "taskset", "-c", cpus, str(Path(sys.executable).with_name("perfseer-rt")), "profile", path, "--batch", str(batch), "--threads", str(threads),
-        "--min-runs", str(min_runs), "--json"]
+        "taskset", "-c", cpus, str(Path(sys.executable).with_name("perfseer-rt")), "profile", path,
+        "--batch", str(batch), "--threads", str(threads), "--min-runs", str(min_runs), "--json"]
     load0 = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     load1 = os.getloadavg()[0]
