@@ -141,3 +141,22 @@ def test_round_spread_flags_a_machine_whose_speed_changed():
     assert CalibrationResult("x", None, "b", {}, measured=steady).round_spread < ROUND_SPREAD_WARN
     assert CalibrationResult("x", None, "b", {}, measured=jumpy).round_spread > ROUND_SPREAD_WARN
     assert CalibrationResult("x", None, "b", {}, measured=jumpy[:2]).round_spread is None
+
+
+def test_a_calibrated_entry_keeps_the_base_domain(tmp_path, monkeypatch):
+    from perfseer_rt.calibrate.api import calibrate_from_measurements
+    from perfseer_rt.calibrate.reference import references
+    from perfseer_rt.predict.domain import DOMAIN_FILE, of_predictor
+    from perfseer_rt.predict.registry import get_predictor
+
+    monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path))
+    refs = references()[:4]
+    graphs = [extract(r.path, batch=r.batch) for r in refs]
+    rows = [{"name": r.name, "latency_ms": 2.0 * (i + 1), "peak_mem_mb": 10.0 * (i + 1)} for i, r in enumerate(refs)]
+    res = calibrate_from_measurements("mine", "cpu-amd-epyc-1t", graphs, rows, tmp_path / "devices" / "mine")
+    assert (res.folder / DOMAIN_FILE).is_file()
+    entry, base = get_predictor("mine"), get_predictor("cpu-amd-epyc-1t")
+    mine, theirs = of_predictor(entry.manifest, entry.folder), of_predictor(base.manifest, base.folder)
+    assert mine is not None and theirs is not None and mine.tensor_elems is not None
+    for key in ("flops_total", "nodes", "weight_mb", "tensor_elems", "attention_length", "batch_sizes", "ops"):
+        assert getattr(mine, key) == getattr(theirs, key), key

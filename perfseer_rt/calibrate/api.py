@@ -43,6 +43,7 @@ from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict.api import external_weights_mb, reported, run_predictor
 from perfseer_rt.predict.correction import Correction
+from perfseer_rt.predict.domain import DOMAIN_FILE
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
 from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
@@ -257,6 +258,8 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
     if base_pred.uncertainty is not None:  # kept: predict widens its intervals by each correction's width
         ref = base_pred.uncertainty.reference_file
         files[ref] = base_pred.folder / ref
+    if (base_pred.folder / DOMAIN_FILE).is_file():  # the base's domain is the entry's (the same networks)
+        files[DOMAIN_FILE] = base_pred.folder / DOMAIN_FILE
     write_entry(Path(folder), manifest, files, overwrite=overwrite)
     return CalibrationResult(name, Path(folder), base, corrections,
                              expected=manifest["calibration"]["expected_on_real_models"])
