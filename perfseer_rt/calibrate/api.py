@@ -41,10 +41,10 @@ from perfseer_rt.calibrate.store import check_name, write_entry
 from perfseer_rt.calibrate.threads import check_threads, onnxruntime_default_threads
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict.api import external_weights_mb, reported, run_predictor
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.domain import DOMAIN_FILE
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
+from perfseer_rt.predict.seernet_run import external_weights_mb, reported, run_predictor
 from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.timing import MeasureSettings

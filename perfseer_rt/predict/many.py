@@ -13,7 +13,6 @@ from tqdm import tqdm
 
 from perfseer_rt.errors import DomainError, ModelLoadError, PerfSeerError
 from perfseer_rt.graph.many import iter_extract_many
-from perfseer_rt.predict import domain
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.train_mode import predictor_for
 
@@ -58,7 +57,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  dims: dict[str, int] | None = None,
                  progress: bool | None = None, mode: str = "inference", workers: int = 1,
                  on_error: Callable[[str, PerfSeerError], None] | None = None,
-                 extrapolate: bool = False) -> list[dict[str, Any]]:
+                 extrapolate: bool = False, **gpu_options: Any) -> list[dict[str, Any]]:
     """Predict every model at every batch size: extraction per model (all its
     batch sizes in one pass, :func:`~perfseer_rt.graph.iter_extract_many`, in
     ``workers`` processes) with a progress bar on stderr when there are many,
@@ -66,9 +65,11 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     :func:`predict`). Results are in model-major order. A model that fails to
     extract raises its error, or with ``on_error`` is passed to it (model,
     error) and left out while the others are predicted; so is a graph far
-    outside the predictor's domain (:mod:`.domain`) unless ``extrapolate``."""
+    outside the predictor's domain (:mod:`.domain`) unless ``extrapolate``.
+    ``gpu_options`` (``optimizer``, ``layout``, ``power_limit_w``,
+    ``mig_profile``) go to :func:`predict` as they are."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
-    pred = predictor_for(device, mode)
+    predictor_for(device, mode)
     total = len(models) * len(batches)
     show = (total >= PROGRESS_MIN_JOBS and sys.stderr.isatty()) if progress is None \
         else progress
@@ -86,20 +87,21 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                 continue
             graphs += outcome
             names += [m] * len(outcome)
-    if not extrapolate:  # far graphs named by their model (one line each with on_error)
-        dom = domain.of_predictor(pred.manifest, pred.folder)
-        for i in reversed(range(len(graphs))):
-            try:
-                domain.screen(dom, [graphs[i]], [names[i]], pred.device)
-            except DomainError as exc:
-                if on_error is None:
-                    raise
-                on_error(names[i], exc)
-                del graphs[i], names[i]
-    if not graphs:
-        return []
-    results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision, mode=mode, extrapolate=extrapolate)
+    while True:  # a graph far outside the device's domain: named by its model, left out with on_error
+        if not graphs:
+            return []
+        try:
+            results = predict(graphs, device=device, metrics=metrics, model=model_name,
+                              precision=precision, mode=mode, extrapolate=extrapolate, **gpu_options)
+            break
+        except DomainError as exc:
+            if exc.index is None:
+                raise
+            named = DomainError(f"{names[exc.index]}: {str(exc).split(': ', 1)[-1]}", index=exc.index)
+            if on_error is None:
+                raise named from None
+            on_error(names[exc.index], named)
+            del graphs[exc.index], names[exc.index]
     for r, m in zip(results, names):
         r["model"] = m
     return results
