@@ -2,7 +2,7 @@
 
 A calibrated entry's ``manifest.json`` has ``calibration.corrections``: one
 :class:`Correction` per metric, written by :mod:`perfseer_rt.calibrate` and
-applied by :mod:`perfseer_rt.predict.api` to the base predictor's output as
+applied by :func:`perfseer_rt.predict.seernet_run.reported` to the base predictor's output as
 reported (peak memory after its phases are combined).
 
 A ``"kinds"`` correction (latency) multiplies the base prediction by

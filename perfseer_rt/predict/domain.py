@@ -23,7 +23,7 @@ A graph is **far outside** (:func:`far_reasons`) when
   (:func:`perfseer_rt.graph.ops.cost_kind`), do at least
   :data:`UNSEEN_FAR_SHARE` of its FLOPs or of its bytes moved.
 
-Nearer misses stay warnings (:func:`perfseer_rt.predict.api.out_of_distribution`).
+Nearer misses stay warnings (:func:`perfseer_rt.predict.seernet_run.out_of_distribution`).
 A far graph is a :class:`~perfseer_rt.errors.DomainError` (CLI exit 2, a
 4xx from the service) unless the caller asks for an extrapolation; then the
 prediction carries :func:`extrapolation_interval`: bounds as wide as the
