@@ -50,3 +50,13 @@ class GraphError(PerfSeerError):
 
 class LimitError(PerfSeerError):
     """Extraction hit its node cap or time limit (never a hang)."""
+
+
+class DomainError(PerfSeerError):
+    """The model lies far outside what the device's predictor was trained on
+    (:mod:`perfseer_rt.predict.domain`), or the predictor gave a number that
+    is not finite and positive. ``index``: the graph's position in the call."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.cli import main  # noqa: E402
-from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError  # noqa: E402
+from perfseer_rt.errors import DeviceError, DomainError, MetricError, PerfSeerError  # noqa: E402
 from perfseer_rt.predict import api, mig, registry, seernet_run  # noqa: E402
 from tests.onnx_builders import const, model  # noqa: E402
 from tests.test_extract import conv_chain  # noqa: E402
@@ -105,8 +105,10 @@ def test_chunked_calls_equal_one_call(shipped):
 
 
 def test_out_of_distribution_warning(shipped):
-    [r] = api.predict("examples/resnet18.onnx", batch=64)
-    assert any("batch 64 outside" in w for w in r["warnings"])
+    [r] = api.predict("examples/resnet18.onnx", batch=16)  # 2x the largest trained batch: a warning
+    assert any("batch 16 outside" in w for w in r["warnings"])
+    with pytest.raises(DomainError, match="batch 64 is 8x the largest trained batch 8"):  # far: refused
+        api.predict("examples/resnet18.onnx", batch=64)
 
 
 def test_errors(shipped):
@@ -199,7 +201,10 @@ def test_ops_the_training_data_never_held_are_named_with_their_share():
     assert named.startswith("LRN (1 node(s), ") and "of the FLOPs" in named
     # under the share, an op is not named
     assert seernet_run.unseen_ops(g, {**seen, "LRN": 1}) == []
-    [r] = api.predict(lrn, batch=2, device="cpu-amd-epyc-1t")
+    # LRN does a third of this toy's work: far outside the domain, refused unless extrapolated
+    with pytest.raises(DomainError, match=r"ops no training graph held \(LRN\) do 38% of its work"):
+        api.predict(lrn, batch=2, device="cpu-amd-epyc-1t")
+    [r] = api.predict(lrn, batch=2, device="cpu-amd-epyc-1t", extrapolate=True)
     assert any("training data holds, nor an op of their kind: LRN" in w for w in r["warnings"])
     [plain] = api.predict("examples/resnet18.onnx", batch=2, device="cpu-amd-epyc-1t")
     assert not any("training data holds" in w for w in plain["warnings"])

@@ -78,10 +78,10 @@ def test_keywords_passed_on_to_predict_reach_it(monkeypatch):
     got = {}
 
     def predict(models, batch=None, device=None, metrics=None, input_shapes=None, model=None,
-                precision=None, dims=None, mode="inference", clock_mhz=None):
+                precision=None, dims=None, mode="inference", extrapolate=False, clock_mhz=None):
         got["clock_mhz"] = clock_mhz
         return real(models, device=device, metrics=metrics, model=model, precision=precision,
-                    mode=mode)
+                    mode=mode, extrapolate=extrapolate)
 
     monkeypatch.setattr(api, "predict", predict)
     monkeypatch.setattr(many, "predict", predict)

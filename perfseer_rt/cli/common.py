@@ -30,6 +30,10 @@ def spec_options(fn: Callable[..., Any]) -> Callable[[_F], _F]:
     them as ``opt_<name>`` keywords, for :func:`spec_values`."""
     def decorate(command: _F) -> _F:
         for opt, _ in reversed(options.options_for(fn)):
+            if opt.switch:
+                command = click.option(opt.flag, f"opt_{opt.name}", is_flag=True, default=False,
+                                       help=opt.help)(command)
+                continue
             kind: Any = click.Choice(list(opt.choices)) if opt.choices else str
             command = click.option(opt.flag, f"opt_{opt.name}", multiple=opt.multiple, type=kind,
                                    default=() if opt.multiple else opt.default,
@@ -46,6 +50,8 @@ def spec_values(fn: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any
     given: dict[str, list[str]] = {}
     for key in [k for k in params if k.startswith("opt_")]:
         value = params.pop(key)
+        if isinstance(value, bool):  # a switch: given when set
+            value = "true" if value else None
         if value is not None and value != ():
             given[key[4:]] = list(value) if isinstance(value, tuple) else [str(value)]
     return options.parse_options(fn, given)

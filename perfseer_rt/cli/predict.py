@@ -149,7 +149,8 @@ def predict(models: tuple[str, ...], as_json: bool, keep_going: bool, workers: i
         click.echo(render_table(results))
     if failed:
         click.echo(f"perfseer-rt: {len(failed)} of {len(failed) + len({r['model'] for r in results})} "
-                   "model(s) could not be extracted (their errors are above)", err=True)
+                   "model(s) could not be extracted or lie far outside the predictor's domain "
+                   "(their errors are above)", err=True)
         sys.exit(2)
 
 

@@ -22,7 +22,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             model: str | None = None, precision: str | None = None,
             dims: dict[str, int] | None = None, mode: str = "inference",
             optimizer: str | None = None, layout: str | None = None,
-            power_limit_w: float | None = None, mig_profile: str | None = None) -> list[dict[str, Any]]:
+            power_limit_w: float | None = None, mig_profile: str | None = None,
+            extrapolate: bool = False) -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -46,6 +47,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         power_limit_w: GPU devices: a power cap in W (energy and a throttled
             latency when the cap binds).
         mig_profile: GPU devices with MIG: predict on this slice (e.g. ``1g.10gb``).
+        extrapolate: predict a model far outside the predictor's domain
+            anyway (:mod:`perfseer_rt.predict.domain`); its intervals then span how far outside it is.
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
@@ -53,7 +56,9 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
 
     Raises:
         DeviceError: unknown device or mode, or no training-step predictor for
-            ``mode="train"``. MetricError: a metric the device lacks.
+            ``mode="train"``. MetricError: a metric the device lacks. DomainError: a
+            model far outside the predictor's domain (without ``extrapolate``),
+            or a prediction that is not a finite positive number.
         ModelLoadError / ShapeError: as :func:`extract`. PerfSeerError: a
             value outside its allowed set (precision, optimizer, layout...).
     """
@@ -61,6 +66,6 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         models = [models]
     request = Request(batch=batch, metrics=metrics, input_shapes=input_shapes, dims=dims, model=model,
                       precision=precision, mode=mode, optimizer=optimizer, layout=layout,
-                      power_limit_w=power_limit_w, mig_profile=mig_profile)
+                      power_limit_w=power_limit_w, mig_profile=mig_profile, extrapolate=extrapolate)
     pred = train_mode.predictor_for(device, mode)
     return implementation(pred, model).predict(list(models), request)

@@ -50,11 +50,14 @@ def measured_here(pred: Predictor) -> bool:
 
 def threads(pred: Predictor) -> int | None:
     """onnxruntime intra-op threads of the measurements: the manifest's
-    ``device.threads`` or, by the naming convention of CPU entries, the
-    ``-<N>t`` suffix of the device name (``cpu-amd-epyc-1t``: one thread)."""
+    ``device.threads``, a calibrated entry's ``calibration.threads`` or, by
+    the naming convention of CPU entries, the ``-<N>t`` suffix of the device
+    name (``cpu-amd-epyc-1t``: one thread)."""
     dev = pred.manifest["device"]
     if dev.get("threads"):
         return int(dev["threads"])
+    if (pred.manifest.get("calibration") or {}).get("threads"):
+        return int(pred.manifest["calibration"]["threads"])
     m = re.search(r"-(\d+)t$", pred.device)
     return int(m.group(1)) if m else None
 

@@ -35,7 +35,10 @@ class Request:
     :func:`perfseer_rt.extract`); ``metrics`` a subset (default all);
     ``model`` one of the entry's predictors; ``precision``, ``layout``,
     ``optimizer`` and ``power_limit_w`` (W) apply to GPU devices;
-    ``mig_profile`` takes a MIG slice of a MIG-capable GPU as the device.
+    ``mig_profile`` takes a MIG slice of a MIG-capable GPU as the device;
+    ``extrapolate`` predicts a model far outside the predictor's domain
+    anyway (:mod:`perfseer_rt.predict.domain`), with an interval as wide as
+    it is far.
     """
 
     batch: int | None = None
@@ -49,6 +52,7 @@ class Request:
     layout: str | None = None
     power_limit_w: float | None = None
     mig_profile: str | None = None
+    extrapolate: bool = False
 
 
 class DevicePredictor(Protocol):

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
-from perfseer_rt.errors import ModelLoadError, PerfSeerError
+from perfseer_rt.errors import DomainError, ModelLoadError, PerfSeerError
 from perfseer_rt.graph.many import iter_extract_many
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.train_mode import predictor_for
@@ -57,16 +57,17 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  dims: dict[str, int] | None = None,
                  progress: bool | None = None, mode: str = "inference", workers: int = 1,
                  on_error: Callable[[str, PerfSeerError], None] | None = None,
-                 **gpu_options: Any) -> list[dict[str, Any]]:
+                 extrapolate: bool = False, **gpu_options: Any) -> list[dict[str, Any]]:
     """Predict every model at every batch size: extraction per model (all its
     batch sizes in one pass, :func:`~perfseer_rt.graph.iter_extract_many`, in
     ``workers`` processes) with a progress bar on stderr when there are many,
     then one batched prediction (``mode``: ``"inference"`` or ``"train"``, as
     :func:`predict`). Results are in model-major order. A model that fails to
     extract raises its error, or with ``on_error`` is passed to it (model,
-    error) and left out while the others are predicted. ``gpu_options``
-    (``optimizer``, ``layout``, ``power_limit_w``, ``mig_profile``) go to
-    :func:`predict` as they are."""
+    error) and left out while the others are predicted; so is a graph far
+    outside the predictor's domain (:mod:`.domain`) unless ``extrapolate``.
+    ``gpu_options`` (``optimizer``, ``layout``, ``power_limit_w``,
+    ``mig_profile``) go to :func:`predict` as they are."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
     predictor_for(device, mode)
     total = len(models) * len(batches)
@@ -86,10 +87,21 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                 continue
             graphs += outcome
             names += [m] * len(outcome)
-    if not graphs:
-        return []
-    results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision, mode=mode, **gpu_options)
+    while True:  # a graph far outside the device's domain: named by its model, left out with on_error
+        if not graphs:
+            return []
+        try:
+            results = predict(graphs, device=device, metrics=metrics, model=model_name,
+                              precision=precision, mode=mode, extrapolate=extrapolate, **gpu_options)
+            break
+        except DomainError as exc:
+            if exc.index is None:
+                raise
+            named = DomainError(f"{names[exc.index]}: {str(exc).split(': ', 1)[-1]}", index=exc.index)
+            if on_error is None:
+                raise named from None
+            on_error(names[exc.index], named)
+            del graphs[exc.index], names[exc.index]
     for r, m in zip(results, names):
         r["model"] = m
     return results

@@ -51,6 +51,9 @@ class Option:
         choices: the accepted values, when they are a fixed set.
         metavar: how the value is written, for help texts.
         example: a value for the OpenAPI page.
+        default: the value when not given, for help texts.
+        switch: a yes/no option: a bare flag on the command line, ``true`` or
+            ``false`` over HTTP.
     """
 
     name: str
@@ -62,6 +65,8 @@ class Option:
     metavar: str | None = None
     example: str | None = None
     default: str | None = field(default=None)
+    switch: bool = False
+
 
     @property
     def flag(self) -> str:
@@ -183,6 +188,16 @@ def parse_power(flag: str, values: Sequence[str]) -> float:
     return value
 
 
+def parse_bool(flag: str, values: Sequence[str]) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off; any case)."""
+    text = _one(flag, values).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise OptionError(f"{flag} {text!r}: expected true or false")
+
+
 def choice(choices: tuple[str, ...]) -> Callable[[str, Sequence[str]], str]:
     def parse(flag: str, values: Sequence[str]) -> str:
         text = _one(flag, values)
@@ -232,6 +247,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("mig_profile", ("mig_profile",), "MIG-capable GPU devices: predict on this slice "
            "(e.g. 1g.10gb); check and fit take its usable memory as the memory budget unless "
            "one is given.", parse_name, metavar="PROFILE", example="1g.10gb"),
+    Option("extrapolate", ("extrapolate",), "Predict a model far outside what the device's "
+           "predictor was trained on (refused by default); its interval then spans the factor "
+           "by which it lies outside, with no stated coverage.", parse_bool, switch=True,
+           example="true"),
     Option("max_latency_ms", ("max_latency_ms",), "Latency budget, ms (a training step's "
            "with mode train).", parse_limit, metavar="MS", example="50"),
     Option("max_memory_mb", ("max_memory_mb",), "Memory budget, MiB (over the process "

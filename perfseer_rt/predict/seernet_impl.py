@@ -12,7 +12,7 @@ from typing import Any
 
 from perfseer_rt.errors import MetricError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
+from perfseer_rt.predict import domain, explain, local_cpu, mig, train_mode, uncertainty
 from perfseer_rt.predict.interface import Request, register
 from perfseer_rt.predict.registry import Predictor
 from perfseer_rt.predict.seernet_run import (
@@ -56,8 +56,14 @@ class SeernetPredictor:
                   for m in models]
         if not graphs:
             return []
+        # domain hook (perfseer_rt.predict.domain): refuse far graphs, finite positive numbers only
+        names = [os.fspath(m) if isinstance(m, (str, os.PathLike)) else f"model {i + 1}"
+                 for i, m in enumerate(models)]
+        far = domain.screen(domain.of_predictor(pred.manifest, pred.folder), graphs, names, pred.device,
+                            request.extrapolate)
         raw, raw_gap = run_with_gaps(pred, graphs, model)
-        values = reported(pred, raw, external_weights_mb(graphs))
+        values = reported(pred, raw, external_weights_mb(graphs), graphs)
+        domain.check_values(values, pred.outputs, names)
         gaps = None if raw_gap is None else uncertainty.phase_gaps(raw_gap, values, pred.outputs, pred.memory)
         cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
         mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
@@ -81,6 +87,9 @@ class SeernetPredictor:
                                None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
                                calibrated=(model or pred.default_model) == pred.default_model,
                                corrections=fixes)
+            outside = far[i]
+            if outside is not None:
+                domain.mark_extrapolated(result, outside[0], outside[1])
             if pred.memory is not None and pred.memory.peak in wanted:
                 metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
             if pred.mig_gpu and mem_metric:

@@ -110,8 +110,8 @@ def external_weights_mb(graphs: Sequence[PerfGraph]) -> np.ndarray:
                      float(g.globals["weight_total"]) / 2**20 for g in graphs])
 
 
-def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None
-             ) -> np.ndarray:
+def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None,
+             graphs: Sequence[PerfGraph] | None = None) -> np.ndarray:
     """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
     the shipped field scale applied, then a calibrated entry's corrections
     (each metric's; the peak-memory one to both memory phases too, so the
@@ -122,7 +122,9 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     external weights: reports/cpu-amd-epyc-1t/model_kinds.md), then peak memory =
     max(session creation, inference) where the manifest combines them so. A
     calibration fits its corrections on the quantity before them (the base
-    entry as it reports), so fit and use agree."""
+    entry as it reports), so fit and use agree. ``graphs``: the graphs of
+    the rows, for a correction per kind of work
+    (:meth:`~perfseer_rt.predict.correction.Correction.apply`)."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
@@ -134,7 +136,8 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
             phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
             for t in [name] + [ph for ph in phases if ph not in adjust]:  # a phase's own entry wins
                 if t in col:
-                    values[:, col[t]] = how.apply(values[:, col[t]])
+                    values[:, col[t]] = how.apply(values[:, col[t]], graphs) if isinstance(how, Correction) \
+                        else how.apply(values[:, col[t]])
     if mem is not None:
         if external_mb is not None:
             load = values[:, col[mem.load]]

@@ -22,7 +22,7 @@ from perfseer_rt.profile import hostmem
 from perfseer_rt.profile.inputs import make_inputs
 from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
 from perfseer_rt.profile.session import build_session, provider_name
-from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, timed_loop, warm_up
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, stable_loop, warm_up
 
 
 def measure_cpu(model: str, *, batch: int | None = None,
@@ -80,7 +80,7 @@ def measure_cpu(model: str, *, batch: int | None = None,
         # sample per run (46,762 runs of a tiny MLP in 0.5 s added 1.9 MiB), and
         # that bookkeeping is the profiler's, not the model's
         run_peak = hostmem.hwm_kib()
-        samples, wall_ns = timed_loop(run, settings)
+        samples, wall_ns, stability = stable_loop(run, settings)  # timed again while too noisy
         peak = max(load_peak or 0, run_peak or 0) or None
 
         def over(kib: int | None) -> float | None:
@@ -96,7 +96,8 @@ def measure_cpu(model: str, *, batch: int | None = None,
             provider_used=handle.provider_used, provider_options=handle.provider_options,
             input_shapes={k: list(v.shape) for k, v in feeds.items()},
             input_dtypes={k: str(v.dtype) for k, v in feeds.items()},
-            notes=notes, **common)
+            **{k: v for k, v in stability.items() if k != "notes"},
+            notes=notes + stability["notes"], **common)
     except PerfSeerError:
         raise
     except MemoryError as exc:

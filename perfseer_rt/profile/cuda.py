@@ -14,6 +14,7 @@ baseline; ``peak_mem_process_mb`` includes it).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from typing import Any, Mapping, Sequence
@@ -27,7 +28,7 @@ from perfseer_rt.profile import nvml
 from perfseer_rt.profile.inputs import make_inputs
 from perfseer_rt.profile.record import STATUS_OK, failure_record, new_record
 from perfseer_rt.profile.session import build_session, provider_name
-from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, timed_loop, warm_up
+from perfseer_rt.profile.timing import PRESETS, MeasureSettings, latency_stats, stable_loop, warm_up
 
 _context_ready: set[int] = set()
 
@@ -121,7 +122,9 @@ def measure_cuda(model: str, *, batch: int | None = None,
             warmups = warm_up(run, settings)
             window = nvml.Window(device)
             window.begin()
-            samples, wall_ns = timed_loop(run, settings)
+            # one window only: the NVML window spans the timed runs, so a noisy one is
+            # reported (latency_stable, a note), not timed again
+            samples, wall_ns, stability = stable_loop(run, dataclasses.replace(settings, retries=0))
             counters = window.end(len(samples))
         rec = new_record(
             status=STATUS_OK, **latency_stats(samples, wall_ns), warmup_runs=warmups,
@@ -131,7 +134,8 @@ def measure_cuda(model: str, *, batch: int | None = None,
             provider_used=handle.provider_used, provider_options=handle.provider_options,
             input_shapes={k: list(v.shape) for k, v in feeds.items()},
             input_dtypes={k: str(v.dtype) for k, v in feeds.items()},
-            notes=list(window.notes), **common)
+            **{k: v for k, v in stability.items() if k != "notes"},
+            notes=list(window.notes) + stability["notes"], **common)
     except PerfSeerError:
         raise
     except Exception as exc:  # OOM, unsupported op, load failure: record it

@@ -18,6 +18,11 @@ Fields (see :data:`RECORD_FIELDS` for the full order):
   (a fraction, 0.03 = 3 %); ``latency_robust_cv``: 1.4826 * MAD / median,
   insensitive to a few preempted runs.
 - ``runs``: number of timed runs; ``window_s``: their total wall time, s.
+- ``latency_windows``: timed windows run (a window whose robust CV was over
+  ``latency_cv_bound`` is timed again; the steadiest is kept, see
+  :func:`perfseer_rt.profile.timing.stable_loop`); ``latency_window_cvs``:
+  each window's robust CV; ``latency_stable``: the kept window met the bound
+  (None: no bound); when it did not, ``notes`` says so.
 - ``warmup_runs``: untimed runs before the window.
 - ``session_ms``: wall time to create the session, milliseconds.
 - ``peak_mem_mb``: peak memory over the process baseline, MiB (2**20 bytes):
@@ -69,7 +74,8 @@ RECORD_FIELDS = (
     "status", "error",
     "latency_ms", "latency_mean_ms", "latency_min_ms", "latency_p90_ms", "latency_cv",
     "latency_robust_cv",
-    "runs", "window_s", "warmup_runs", "session_ms",
+    "runs", "window_s", "latency_windows", "latency_window_cvs", "latency_cv_bound", "latency_stable",
+    "warmup_runs", "session_ms",
     "peak_mem_mb", "peak_mem_process_mb", "peak_mem_method", "load_peak_mb", "loaded_mb",
     "run_peak_mb",
     "sm_util_pct", "proc_sm_util_pct", "gpm_sm_active_pct", "gpm_sm_occupancy_pct",

@@ -24,6 +24,10 @@ class MeasureSettings:
     seconds are reached, or at ``max_runs`` runs, or after ``max_time_s``
     seconds once at least ``3`` runs were timed (very slow models).
 
+    A window whose robust CV (:func:`latency_stats`' ``latency_robust_cv``)
+    is above ``max_cv`` is timed again, up to ``retries`` more windows, and
+    the steadiest window is kept (:func:`stable_loop`).
+
     Attributes:
         min_runs: least number of timed runs (default 10).
         min_time_s: least total time of the timed window, seconds (0.5 on CPU;
@@ -32,6 +36,8 @@ class MeasureSettings:
         max_time_s: time after which the loop stops once 3 runs exist, s.
         warmup_runs: least number of untimed runs first (default 3).
         warmup_time_s: least warm-up time, seconds (default 0.1).
+        max_cv: bound on a window's robust CV (a fraction; None: no bound).
+        retries: windows timed again at most while the bound is exceeded.
     """
 
     min_runs: int = 10
@@ -40,6 +46,8 @@ class MeasureSettings:
     max_time_s: float = 30.0
     warmup_runs: int = 3
     warmup_time_s: float = 0.1
+    max_cv: float | None = None
+    retries: int = 0
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
@@ -50,6 +58,8 @@ class MeasureSettings:
                              f"{self.max_time_s}")
         if self.warmup_runs < 0 or self.warmup_time_s < 0:
             raise ValueError("warm-up runs and time must be >= 0")
+        if (self.max_cv is not None and not self.max_cv > 0) or self.retries < 0:
+            raise ValueError(f"need max_cv > 0 (or None) and retries >= 0, got {self.max_cv}, {self.retries}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,15 +69,22 @@ class MeasureSettings:
         return cls(**(d or {}))
 
 
+#: ``perfseer-rt profile``'s bound on a timed window's robust CV (1.4826 MAD / median):
+#: on a quiet core one onnxruntime thread repeats within 1-3 %; above 5 % other
+#: load is changing the run times and the median is not the model's.
+DEFAULT_MAX_CV = 0.05
+
 #: Every measurement preset, by name: the one place where settings are defined.
-#: ``cpu``/``cuda``: ``perfseer-rt profile`` (its options override them);
+#: ``cpu``/``cuda``: ``perfseer-rt profile`` (its options override them; a window
+#: whose robust CV is over :data:`DEFAULT_MAX_CV` is timed again twice at most);
 #: ``campaign-*``: the campaign's inference targets (``--min-time`` etc. override);
 #: ``train-*``: one optimizer step in torch; ``dry-run``: a CUDA target's path on
 #: the CPU; ``memory``: peak memory only (the run peak is read before the timed
 #: loop, so one timed run is enough: ``training.campaign.remeasure_memory``).
 PRESETS: dict[str, MeasureSettings] = {
-    "cpu": MeasureSettings(),
-    "cuda": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0, warmup_runs=5, warmup_time_s=0.3),
+    "cpu": MeasureSettings(max_cv=DEFAULT_MAX_CV, retries=2),
+    "cuda": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=30.0, warmup_runs=5, warmup_time_s=0.3,
+                            max_cv=DEFAULT_MAX_CV, retries=2),
     "campaign-cpu": MeasureSettings(min_runs=5, min_time_s=0.4, max_time_s=10.0, warmup_runs=2),
     "campaign-cuda-inference": MeasureSettings(min_runs=10, min_time_s=1.0, max_time_s=4.0, warmup_runs=5,
                                                warmup_time_s=0.3),
@@ -147,3 +164,37 @@ def latency_stats(samples_ns: list[int], wall_ns: int | None = None) -> dict[str
         "runs": int(ms.size),
         "window_s": float(wall_ns / 1e9) if wall_ns is not None else float(ms.sum() / 1e3),
     }
+
+
+#: The note a record gets when no window met the CV bound (formatted with the
+#: steadiest window's robust CV, the bound and the number of windows, in %).
+UNSTABLE_NOTE = ("latency unstable: robust CV {cv:.1f} % above the {bound:.0f} % bound in each of {n} timed "
+                 "windows (other load on the machine); the median is not reliable, the fastest run "
+                 "(latency_min_ms) is the least disturbed: measure again on a quieter machine")
+
+
+def stable_loop(run_once: Callable[[], object], settings: MeasureSettings
+                ) -> tuple[list[int], int, dict[str, Any]]:
+    """:func:`timed_loop`, timed again (at most ``settings.retries`` more
+    windows) while a window's robust CV is above ``settings.max_cv``; the
+    window with the lowest robust CV is kept.
+
+    Returns its samples and wall time (ns) and the record fields
+    ``latency_windows`` (windows timed), ``latency_window_cvs`` (robust CV of
+    each), ``latency_cv_bound`` and ``latency_stable`` (the kept window met
+    the bound; None without one), plus ``notes`` (:data:`UNSTABLE_NOTE`).
+    """
+    windows: list[tuple[float, list[int], int]] = []
+    while True:
+        samples, wall_ns = timed_loop(run_once, settings)
+        cv = float(latency_stats(samples)["latency_robust_cv"])
+        windows.append((cv if math.isfinite(cv) else math.inf, samples, wall_ns))
+        if settings.max_cv is None or cv <= settings.max_cv or len(windows) > settings.retries:
+            break
+    best = min(windows, key=lambda w: w[0])
+    stable = None if settings.max_cv is None else bool(best[0] <= settings.max_cv)
+    info: dict[str, Any] = {"latency_windows": len(windows), "latency_window_cvs": [w[0] for w in windows],
+                            "latency_cv_bound": settings.max_cv, "latency_stable": stable, "notes": []}
+    if stable is False and settings.max_cv is not None:
+        info["notes"].append(UNSTABLE_NOTE.format(cv=100 * best[0], bound=100 * settings.max_cv, n=len(windows)))
+    return best[1], best[2], info

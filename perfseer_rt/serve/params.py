@@ -121,7 +121,7 @@ def check_limits(kwargs: Mapping[str, Any], limits: RequestLimits) -> None:
 
 # ------------------------------------------------------------------ OpenAPI
 def _schema(opt: Option) -> dict[str, Any]:
-    one: dict[str, Any] = {"type": "string"}
+    one: dict[str, Any] = {"type": "boolean" if opt.switch else "string"}
     if opt.choices:
         one["enum"] = list(opt.choices)
     if opt.default is not None:

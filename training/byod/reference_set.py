@@ -13,8 +13,10 @@ architectures the predictor was trained on, at the sizes users run (about
 10..130 ms on one core of an AMD EPYC): on an Intel Xeon (family 6 model 167) the
 small ones ran 0.56x their AMD prediction and real timm models 0.66x, so a
 correction fitted on small models alone was 15 % low on real ones
-(``reports/cpu-intel-xeon/``). Profiling all of them takes well under a
-minute.
+(``reports/cpu-intel-xeon/``). :data:`KINDS_SET` adds models that
+separate the kinds of work a per-kind calibration corrects (attention at
+512 tokens, depthwise and element-wise work at batch 16, a dense ResNet-50).
+Profiling all of them, two rounds, takes about a minute on one core.
 """
 
 from __future__ import annotations
@@ -58,15 +60,29 @@ REAL_SIZE: tuple[tuple[str, str, int], ...] = (
     ("mobilenetv3_large-224-b16", "timm:model=mobilenetv3_large_100,res=224", 16),
 )
 
+#: Models that separate the kinds of work a per-kind calibration corrects
+#: (:mod:`perfseer_rt.calibrate.kinds`): attention at long sequences, depthwise
+#: and element-wise work at larger batches, dense products alone; appended last.
+KINDS_SET: tuple[tuple[str, str, int], ...] = (
+    ("bert-2x128-seq512", "bert:depth=2,dim=128,heads=2,seq=512,vocab=1000", 1),
+    ("vit-4x192-p8", "vit:depth=4,dim=192,heads=3,patch=8,res=224", 1),
+    ("mobilenetv3-small-224-b16", "mobilenetv3:variant=small,res=224", 16),
+    ("resnet50-224", "resnet:depth=50,res=224", 1),
+    ("nb201-b16", "nb201", 16),
+)
+
 
 def export_all(out: Path = OUT) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     index = []
-    for name, spec, batch in REFERENCES + REAL_SIZE:
+    files: dict[str, str] = {}  # one file per spec: the exports have a dynamic batch
+    for name, spec, batch in REFERENCES + REAL_SIZE + KINDS_SET:
         cfg = parse_spec(spec)
-        path = export_onnx(cfg, out / f"{name}.onnx", batch=None, structure_only=True)
-        index.append({"name": name, "file": path.name, "spec": spec, "batch": batch, "arch_id": cfg.arch_id})
-        print(f"{name}: {path.stat().st_size / 1024:.1f} KiB")
+        if spec not in files:
+            path = export_onnx(cfg, out / f"{name}.onnx", batch=None, structure_only=True)
+            files[spec] = path.name
+            print(f"{name}: {path.stat().st_size / 1024:.1f} KiB")
+        index.append({"name": name, "file": files[spec], "spec": spec, "batch": batch, "arch_id": cfg.arch_id})
     (out / "index.json").write_text(json.dumps({"models": index}, indent=1) + "\n")
     return out
 

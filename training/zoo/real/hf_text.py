@@ -155,6 +155,22 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict]] = {
     "flan-t5-base-encoder": ("t5", "T5Config", "t5-encoder",  # google/flan-t5-base
                              {"d_model": 768, "d_ff": 2048, "num_layers": 12, "num_heads": 12, "d_kv": 64,
                               "vocab_size": 32128, "feed_forward_proj": "gated-gelu"}),
+    # added 2026-11-27 for the CPU calibration check (reports/cpu-calibrate; in no dataset folder)
+    "ernie-3.0-medium-zh": ("ernie", "ErnieConfig", "encoder",  # nghuyong/ernie-3.0-medium-zh
+                            {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
+                             "intermediate_size": 3072, "vocab_size": 40000, "max_position_embeddings": 2048,
+                             "type_vocab_size": 4}),
+    "deberta-v3-xsmall": ("deberta", "DebertaV2Config", "encoder",  # microsoft/deberta-v3-xsmall
+                          {"hidden_size": 384, "num_hidden_layers": 12, "num_attention_heads": 6,
+                           "intermediate_size": 1536, "vocab_size": 128100, "relative_attention": True,
+                           "position_buckets": 256, "pos_att_type": ["p2c", "c2p"], "max_relative_positions": -1,
+                           "position_biased_input": False, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                           "type_vocab_size": 0}),
+    "tinybert-4l-312d": ("bert", "BertConfig", "encoder",  # huawei-noah/TinyBERT_General_4L_312D
+                         {"hidden_size": 312, "num_hidden_layers": 4, "num_attention_heads": 12,
+                          "intermediate_size": 1200}),
+    "cerebras-gpt-111m": ("gpt2", "GPT2Config", "causal",  # cerebras/Cerebras-GPT-111M
+                          {"n_embd": 768, "n_layer": 10, "n_head": 12, "n_positions": 2048}),
 }
 
 #: Sequence lengths (tokens) a sampled architecture runs at.
