@@ -48,8 +48,8 @@ from perfseer_rt.graph.model_info import (
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.prepared import PreparedModel
 from perfseer_rt.graph.propagate import clear_rule_cache
-from perfseer_rt.graph.shaped import extract_shaped
-from perfseer_rt.graph.subgraphs import MAX_SUBGRAPH_DEPTH
+from perfseer_rt.graph.shaped import clear_subgraph_cache, extract_shaped
+from perfseer_rt.graph.subgraphs import MAX_SUBGRAPH_DEPTH, clear_constants
 from perfseer_rt.graph.switches import fix_switches
 
 __all__ = ["CPU_PREDICTOR_WARNINGS", "DOMINANT_IF_SHARE", "DYNAMO_WARNING", "EXTERNAL_WEIGHTS_WARNING",
@@ -63,12 +63,14 @@ Shape = tuple[int, ...]
 
 def clear_caches() -> None:
     """Empty the caches of results computed per node signature (features,
-    :mod:`perfseer_rt.graph.features`; shape rules,
-    :mod:`perfseer_rt.graph.propagate`), as in a fresh process. They change
+    :mod:`perfseer_rt.graph.features`; shape rules and folded values,
+    :mod:`perfseer_rt.graph.propagate`; subgraph FLOPs,
+    :mod:`perfseer_rt.graph.shaped`), as in a fresh process. They change
     speed only, never a result; benchmarks clear them to time an extraction
     from cold."""
     clear_feature_cache()
     clear_rule_cache()
+    clear_subgraph_cache()
 
 
 def extract(model: ModelSource, batch: int | None = None,
@@ -133,6 +135,7 @@ def _guarded(model: ModelSource, work: Callable[[onnx.ModelProto, str], _T]) -> 
         err.internal = True
         raise err from exc
     finally:
+        clear_constants()
         if gc_was_on:
             gc.enable()
 

@@ -10,8 +10,9 @@ bounds, Unsqueeze axes...) computes it from the folded nodes that produce
 it, with the same numpy calls as onnx's reference evaluator.
 
 The pass is an accelerator, not an authority: on anything it does not
-model exactly (control flow, custom domains, an attribute of an unexpected
-type, a rule's error case, an unresolved tensor that the PerfGraph needs)
+model exactly (Loop and Scan, an If whose branches differ or read values,
+custom domains, an attribute of an unexpected type, a rule's error case, an
+unresolved tensor that the PerfGraph needs)
 it gives up and :func:`perfseer_rt.graph.shapes.infer_shapes` (onnx's
 whole-graph inference on the skeleton) decides, as before. Where it
 succeeds its shapes equal onnx's; ``tests/test_propagate.py`` compares the
@@ -30,7 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 from perfseer_rt.graph.limits import MAX_CONST_ELEMS, MAX_RANK, Deadline
-from perfseer_rt.graph.nodes import CACHED_KEY_CHARS, Attrs, Row, attribute_keys
+from perfseer_rt.graph.nodes import CACHED_KEY_CHARS, Attrs, Row, attribute_keys, node_table
 from perfseer_rt.graph.reshape_rules import MOVEMENT_KEEP_DIMS, MOVEMENT_RULES, reshaped, shape_slice
 from perfseer_rt.graph.shape_rules import (
     BOOL,
@@ -106,13 +107,17 @@ class Propagation:
         domain_rules: ``(domain, op) -> rule or None`` for ops of other
             domains (:func:`perfseer_rt.graph.contrib.contrib_rule`); the
             pass gives up on one without a rule.
+        nodes: the NodeProtos of ``table`` (default: ``model``'s graph's),
+            for onnx's inference of single nodes.
     """
 
     def __init__(self, table: list[Row], folded: set[int], typed: dict[str, TypedShape],
                  constants: dict[str, onnx.TensorProto], late: set[str],
                  model: onnx.ModelProto, opset: int, akeys: list[str | None] | None = None,
-                 domain_rules: Callable[[str, str], Rule | None] | None = None):
+                 domain_rules: Callable[[str, str], Rule | None] | None = None,
+                 nodes: Sequence[onnx.NodeProto] | None = None):
         self.table = table
+        self.nodes = model.graph.node if nodes is None else nodes
         self.domain_rules = domain_rules
         self.akeys = attribute_keys(table) if akeys is None else akeys
         self.folded = folded
@@ -141,14 +146,24 @@ class Propagation:
         for k, row in enumerate(self.table):
             if deadline is not None and not k % 4096:
                 deadline.check("shape inference")
-            op, _, domain, ins, outs, attrs, tensors, _, loose = row
-            if loose:
+            op, _, domain, ins, outs, attrs, tensors, other, loose = row
+            if loose and not (op == "If" and not domain):
                 raise GiveUp("attribute read by presence")
             for o in outs:
                 if o:
                     if o in shapes or o in producer:
                         raise GiveUp(f"tensor {o!r} defined twice")
                     producer[o] = k
+            if op == "If" and not domain:
+                for o, branch_typed in zip(outs, self._if_node(row, deadline)):
+                    shape = branch_typed[1]
+                    if shape and (min(shape) < 0 or max(shape) >= MAX_DIM_VALUE or len(shape) > MAX_RANK):
+                        raise GiveUp("dim out of range")
+                    if o:
+                        shapes[o] = branch_typed
+                if k in kept_set and not all(t in shapes for t in ins if t):
+                    raise GiveUp("an If's condition unresolved")
+                continue
             if domain:
                 domain_rule = self.domain_rules(domain, op) if self.domain_rules else None
                 if domain_rule is None:
@@ -257,7 +272,7 @@ class Propagation:
             v = self.value(name)
             if v is not None:
                 data[name] = numpy_helper.from_array(v, name)
-        node = self.model.graph.node[k]
+        node = self.nodes[k]
         try:
             res = onnx.shape_inference.infer_node_outputs(
                 schema, node, types, data, opset_imports=list(self.model.opset_import),
@@ -268,6 +283,55 @@ class Propagation:
         for o in node.output:
             tp = res.get(o) if o else None
             out.append(static_type(tp) if tp is not None else None)
+        return out
+
+    def _if_node(self, row: Row, deadline: Deadline | None) -> list[TypedShape]:
+        """An If's output types where onnx's inference gives them static:
+        each branch typed by a pass of its own that reads this graph's
+        tensors' types and no values (nested subgraphs, branch inputs and
+        sparse initializers give up), and the two alike, output by output,
+        with the branches' declared types (GiveUp otherwise: onnx's
+        inference and the documented rules decide). onnx's own inference of
+        an If copies every type of the enclosing graph into each branch: a
+        graph of 20,000 Ifs took it minutes."""
+        _, _, _, _, outs, attrs, tensors, other, _ = row
+        branches = {a.name: a.g for a in other if a.type == _GRAPH}
+        if attrs or tensors or len(other) != 2 or branches.keys() != {"then_branch", "else_branch"}:
+            raise GiveUp("an If's attributes")
+        typed = [self._branch_types(branches[b], len(outs), deadline)
+                 for b in ("then_branch", "else_branch")]
+        if typed[0] != typed[1]:
+            raise GiveUp("an If whose branches differ")
+        return typed[0]
+
+    def _branch_types(self, g: onnx.GraphProto, n_out: int, deadline: Deadline | None
+                      ) -> list[TypedShape]:
+        """The output types of an If branch (see :meth:`_if_node`)."""
+        if len(g.input) or len(g.sparse_initializer) or len(g.output) != n_out:
+            raise GiveUp("an If branch with inputs or sparse initializers")
+        table = node_table(g)
+        if any(row[7] for row in table):
+            raise GiveUp("an If branch holding subgraphs")
+        typed: dict[str, TypedShape] = {}
+        for init in g.initializer:
+            typed[init.name] = (init.data_type, tuple(init.dims[:]))
+        made = {o for row in table for o in row[4]}
+        for row in table:
+            for i in row[3]:
+                if i and i not in made and i not in typed:
+                    found = self.shapes.get(i)
+                    if found is None:
+                        raise GiveUp(f"tensor {i!r} of an If branch unresolved")
+                    typed[i] = found
+        inner = Propagation(table, set(), typed, {}, set(), self.model, self.opset,
+                            domain_rules=self.domain_rules, nodes=g.node)
+        shapes = inner.run(list(range(len(table))), deadline)
+        out = []
+        for vi in g.output:  # each made by a node of the branch (onnx types no other)
+            found = shapes.get(vi.name) if vi.name in made else None
+            if found is None or not _declared_fits(vi.type, found):
+                raise GiveUp("an If branch's output unresolved, not made in it or not as declared")
+            out.append(found)
         return out
 
     def value(self, name: str) -> np.ndarray | None:
@@ -360,6 +424,25 @@ class Propagation:
         if ELEM_TYPES.get(val.dtype) != out[0] or val.shape != out[1]:
             raise GiveUp(f"value of {outs[0]!r} disagrees with its inferred type")
         self.values[outs[0]] = val
+
+
+_GRAPH = onnx.AttributeProto.GRAPH
+
+
+def _declared_fits(declared: onnx.TypeProto, typed: TypedShape) -> bool:
+    """Whether an If branch's declared output type takes the inferred one
+    as onnx merges them: a tensor type of no or the same element type, and
+    no shape, or one of the same rank whose numeric dims agree."""
+    if declared.WhichOneof("value") != "tensor_type":
+        return False
+    tt = declared.tensor_type
+    if tt.elem_type and tt.elem_type != typed[0]:
+        return False
+    if not tt.HasField("shape"):
+        return True
+    dims = tt.shape.dim
+    return len(dims) == len(typed[1]) and all(
+        not d.HasField("dim_value") or d.dim_value == v for d, v in zip(dims, typed[1]))
 
 
 #: Ops whose rules read constant values of their inputs.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -39,7 +40,7 @@ from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.prepared import PreparedModel
 from perfseer_rt.graph.propagate import TypedShape, schema_attributes
 from perfseer_rt.graph.shapes import refusal
-from perfseer_rt.graph.subgraphs import free_tensors, subgraph_model
+from perfseer_rt.graph.subgraphs import body_key, free_tensors, subgraph_model
 from perfseer_rt.graph.validate import SUBGRAPH_NAME, default_opset
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,18 @@ def extract_shaped(st: PreparedModel, batch: int | None, input_shapes: dict[str,
         unknown_ops=unknown, input_shapes=inputs, info=meta, warnings=warnings)
 
 
+#: Most subgraph FLOPs kept between calls (emptied when full).
+SUBGRAPH_CACHE_SIZE = 16384
+#: (node cap, :func:`~perfseer_rt.graph.subgraphs.body_key`) -> the FLOPs of
+#: a subgraph extracted as a model of its own (None: it could not be).
+_SUBGRAPH_FLOPS: dict[tuple[Any, ...], float | None] = {}
+
+
+def clear_subgraph_cache() -> None:
+    """Empty the subgraph FLOPs kept between calls (speed only)."""
+    _SUBGRAPH_FLOPS.clear()
+
+
 def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
                     proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
                     deadline: Deadline, depth: int,
@@ -185,7 +198,27 @@ def _subgraph_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
                     ) -> float | None:
     """Total FLOPs of a subgraph extracted as a model of its own
     (:func:`subgraph_model`, ``values`` as there); None where it cannot be
-    extracted."""
+    extracted. Kept per :func:`~perfseer_rt.graph.subgraphs.body_key`: a
+    graph of thousands of Ifs whose branches have one structure extracts it
+    once."""
+    key = body_key(body, actual, proto, shapes, values)
+    if key is not None:
+        key = (max_nodes, key)
+        if key in _SUBGRAPH_FLOPS:
+            return _SUBGRAPH_FLOPS[key]
+    flops = _extract_flops(body, actual, proto, shapes, max_nodes, deadline, depth, values)
+    if key is not None:
+        if len(_SUBGRAPH_FLOPS) >= SUBGRAPH_CACHE_SIZE:
+            _SUBGRAPH_FLOPS.clear()
+        _SUBGRAPH_FLOPS[key] = flops
+    return flops
+
+
+def _extract_flops(body: onnx.GraphProto, actual: dict[str, TypedShape | None],
+                   proto: onnx.ModelProto, shapes: dict[str, TypedShape], max_nodes: int,
+                   deadline: Deadline, depth: int,
+                   values: dict[str, np.ndarray | onnx.NodeProto] | None) -> float | None:
+    """:func:`_subgraph_flops` without the cache."""
     sub = subgraph_model(body, actual, proto, shapes, complete=False, values=values)
     assert sub is not None  # noqa: S101 - complete=False always builds one
     try:
