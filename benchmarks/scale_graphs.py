@@ -1,20 +1,19 @@
-"""Large synthetic graphs for extraction's scaling benchmarks and tests.
+"""Large graphs for extraction's scaling benchmarks and tests.
 
-* :func:`transformer` -- a BERT-base-like encoder as torch's TorchScript
-  exporter writes one (opset 17): per layer the Q/K/V/output projections,
-  heads split and merged by ``Reshape`` whose targets a ``Shape -> Gather ->
-  Unsqueeze -> Concat`` subgraph computes, a ``Constant`` node per index and
-  axis, the masked softmax, the erf GELU MLP and two LayerNormalizations:
-  128 nodes a layer (``tests/models/bert_base.onnx``, a real export, has 117).
-  Structure-only: every weight is a dangling external reference (dims and
-  dtype only), as :func:`training.zoo.export.strip_weights` leaves them.
-  782 layers make 100,102 nodes.
+* :func:`transformer` -- ``tests/models/bert_base.onnx`` (BERT-base as
+  torch's TorchScript exporter writes it, structure-only) with its encoder
+  layer copied: 107 nodes a layer (the Q/K/V/output projections, heads split
+  and merged by ``Reshape`` nodes whose targets ``Shape -> Gather ->
+  Unsqueeze -> Concat`` subgraphs compute, a ``Constant`` node per index and
+  axis, the masked softmax, the erf GELU MLP, two LayerNormalizations, the
+  Identity nodes torch passes biases through); ``transformer(12)`` is the
+  file's graph (1,405 nodes), ``transformer(934)`` has 100,059 nodes.
 * :func:`if_chain` -- ``n`` If nodes in a chain, each with a two-node
   then-branch and a one-node else-branch that read the previous If's output
   from the outer scope; the condition is a graph input, unknown before run
   time, so every If is costed as its heavier branch.
 
-Both are deterministic (no randomness); the bytes are built in memory.
+Both are deterministic; the bytes are built in memory.
 """
 
 from __future__ import annotations
@@ -25,14 +24,15 @@ import onnx
 from onnx import TensorProto, helper
 
 BERT_BASE = Path(__file__).resolve().parents[1] / "tests" / "models" / "bert_base.onnx"
-#: BERT-base's encoder layer 1 in ``tests/models/bert_base.onnx``: the nodes
-#: after its layer 0's second LayerNormalization up to its own second one.
-_LAYER_LN = (4, 6)  # positions among the file's LayerNormalization nodes (0: the embeddings')
+#: Layers of :func:`transformer` that make a graph of about 100,000 nodes.
+LAYERS_100K = 934
 
 
 def _layer_span(graph: onnx.GraphProto) -> tuple[int, int]:
+    """Positions of the last node of encoder layer 0 and of layer 1: the
+    second and fourth LayerNormalization after the embeddings' one."""
     ln = [i for i, n in enumerate(graph.node) if n.op_type == "LayerNormalization"]
-    return ln[_LAYER_LN[0] - 2], ln[_LAYER_LN[1] - 2]
+    return ln[2], ln[4]
 
 
 def transformer(layers: int) -> bytes:
