@@ -63,7 +63,7 @@ from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.graph import extract_batches  # noqa: E402
 from perfseer_rt.graph.extract import clear_caches  # noqa: E402
 from perfseer_rt.graph.nodes import node_table  # noqa: E402
-from perfseer_rt.predict import api  # noqa: E402
+from perfseer_rt.predict import seernet_run  # noqa: E402
 from perfseer_rt.predict.registry import get_predictor  # noqa: E402
 
 
@@ -184,7 +184,7 @@ def main() -> int:
     t_ext = cpu_ms(lambda: (clear_caches(), [extract(b, batch=1) for b in blobs]),
                    max(args.repeat // 2, 1))
     graphs = [extract(b, batch=1) for b in blobs]
-    t_pred = cpu_ms(lambda: api.run_predictor(pred, graphs), args.repeat)
+    t_pred = cpu_ms(lambda: seernet_run.run_predictor(pred, graphs), args.repeat)
     n = len(blobs)
     rows.append((f"NAS-Bench-201 end to end ({n} cells, {pred.device} {pred.default_model})",
                  f"{n / ((t_ext + t_pred) / 1e3):.0f} graphs/CPU-s",

@@ -78,7 +78,7 @@ def main() -> int:
     import onnx_tool
 
     from perfseer_rt import extract
-    from perfseer_rt.predict import api
+    from perfseer_rt.predict import api, seernet_run
     from perfseer_rt.predict.registry import get_predictor
 
     pred = get_predictor(args.device)
@@ -99,10 +99,10 @@ def main() -> int:
     graphs, paths = nb201_graphs(args.nb201)
     rates = {}
     for name in pred.model_names:  # every shipped model; the target applies to the default
-        api.run_predictor(pred, graphs, name)
-        rates[name] = len(graphs) / (median_ms(lambda n=name: api.run_predictor(pred, graphs, n), 5) / 1e3)
+        seernet_run.run_predictor(pred, graphs, name)
+        rates[name] = len(graphs) / (median_ms(lambda n=name: seernet_run.run_predictor(pred, graphs, n), 5) / 1e3)
     default = pred.default_model
-    single = len(graphs) / (median_ms(lambda: api.run_predictor(pred, graphs, default,
+    single = len(graphs) / (median_ms(lambda: seernet_run.run_predictor(pred, graphs, default,
                                                                 chunk_nodes=1 << 62), 5) / 1e3)
     t_batch = len(graphs) / rates[default] * 1e3
     t_extract = median_ms(lambda: [extract(p, batch=1) for p in paths[:50]], 3) * len(paths) / 50

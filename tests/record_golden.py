@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from perfseer_rt.predict.api import run_predictor
 from perfseer_rt.predict.registry import predictors
+from perfseer_rt.predict.seernet_run import run_predictor
 from tests.test_golden_predictions import DATA, GOLDEN, load_graphs
 
 

@@ -127,16 +127,16 @@ def test_train_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert manifest["accuracy"]["test"]["seernet"]["latency_ms"]["count"] == 2
 
     # the runtime's registry finds it and predicts in ms
-    from perfseer_rt.predict import api, registry
+    from perfseer_rt.predict import api, registry, seernet_run
 
     monkeypatch.setattr(registry, "models_root", lambda: tmp_path / "exported_models")
     registry.predictors.cache_clear()
-    api._session.cache_clear()
+    seernet_run._session.cache_clear()
     try:
         got = api.predict(str(tmp_path / "nets" / "a7.onnx"), device="xeon-gold-6240")
     finally:
         registry.predictors.cache_clear()
-        api._session.cache_clear()
+        seernet_run._session.cache_clear()
     value = got[0]["metrics"]["latency_ms"]
     assert value["unit"] == "ms" and np.isfinite(value["value"]) and value["value"] > 0
 

@@ -114,10 +114,10 @@ def test_runtime_session_is_single_threaded(exported):
     """Row scatters (ScatterND reductions) race across onnxruntime threads, so
     the runtime must run predictors on one intra-op thread: repeated batched
     runs of a large graph are bit-identical and match torch."""
-    from perfseer_rt.predict import api
+    from perfseer_rt.predict import seernet_run
 
     path, wrapped, _, _ = exported
-    sess = api._session(str(path), INTRA_OP_THREADS)
+    sess = seernet_run._session(str(path), INTRA_OP_THREADS)
     assert sess.get_session_options().intra_op_num_threads == 1
     g = _cases()["large graph"]
     a = concat_graphs([x.x for x in g], [x.edge_index for x in g], [x.edge_attr for x in g], [x.u for x in g])

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from perfseer_rt.graph import extract
-from perfseer_rt.predict.api import run_predictor
 from perfseer_rt.predict.registry import predictors
+from perfseer_rt.predict.seernet_run import run_predictor
 from training.seernet.data import read_graph_shard
 
 DATA = Path(__file__).parent / "data"

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from perfseer_rt import extract  # noqa: E402
 from perfseer_rt.cli import main  # noqa: E402
 from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError  # noqa: E402
-from perfseer_rt.predict import api, mig, registry  # noqa: E402
+from perfseer_rt.predict import api, mig, registry, seernet_run  # noqa: E402
 from tests.onnx_builders import const, model  # noqa: E402
 from tests.test_extract import conv_chain  # noqa: E402
 
@@ -59,7 +59,7 @@ def models_dir(tmp_path_factory):
 def shipped(models_dir, monkeypatch):
     monkeypatch.setattr(registry, "models_root", lambda: models_dir)
     registry.predictors.cache_clear()
-    api._session.cache_clear()
+    seernet_run._session.cache_clear()
     yield
     registry.predictors.cache_clear()
 
@@ -93,13 +93,13 @@ def test_chunked_calls_equal_one_call(shipped):
         [extract("examples/resnet18.onnx", batch=1), extract(conv_chain(), batch=8)]
     sizes = [g.num_nodes for g in graphs]
     cap = sizes[0] + sizes[1]  # the first two together; resnet18 (larger than cap) alone
-    runs = api.chunks(graphs, cap)
+    runs = seernet_run.chunks(graphs, cap)
     assert [len(r) for r in runs] == [2, 1, 1, 1] and [g for r in runs for g in r] == graphs
     assert all(sum(g.num_nodes for g in r) <= cap or len(r) == 1 for r in runs)
-    assert api.chunks([], cap) == []
+    assert seernet_run.chunks([], cap) == []
     pred = registry.get_predictor(None)
-    one_call = api.run_predictor(pred, graphs, chunk_nodes=sum(sizes))
-    chunked = api.run_predictor(pred, graphs, chunk_nodes=cap)
+    one_call = seernet_run.run_predictor(pred, graphs, chunk_nodes=sum(sizes))
+    chunked = seernet_run.run_predictor(pred, graphs, chunk_nodes=cap)
     assert chunked.shape == (len(graphs), len(METRICS))
     np.testing.assert_allclose(chunked, one_call, rtol=1e-5)
 
@@ -168,10 +168,10 @@ def test_external_weights_leave_session_creation_without_their_copy(tmp_path):
     onnx.save(m, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.data",
               size_threshold=1024)
     graphs = [extract(tmp_path / "inline.onnx", batch=1), extract(tmp_path / "ext.onnx", batch=1)]
-    ext_mb = api.external_weights_mb(graphs)
+    ext_mb = seernet_run.external_weights_mb(graphs)
     assert ext_mb[0] == 0 and ext_mb[1] == pytest.approx(graphs[1].globals["weight_total"] / 2**20,
                                                            rel=1e-3)
-    out = api.reported(pred, api.run_predictor(pred, graphs), ext_mb)
+    out = seernet_run.reported(pred, seernet_run.run_predictor(pred, graphs), ext_mb)
     inline, ext = out[0], out[1]
     assert ext[col[mem.load]] == pytest.approx(max(inline[col[mem.load]] - ext_mb[1], 0.0))
     assert ext[col[mem.run]] == pytest.approx(inline[col[mem.run]])
@@ -195,10 +195,10 @@ def test_ops_the_training_data_never_held_are_named_with_their_share():
     g = extract(lrn, batch=2)
     seen = registry.get_predictor("cpu-amd-epyc-1t").schema.training_data.ops
     assert seen and "Conv" in seen and "LRN" not in seen
-    [named] = api.unseen_ops(g, seen)
+    [named] = seernet_run.unseen_ops(g, seen)
     assert named.startswith("LRN (1 node(s), ") and "of the FLOPs" in named
     # under the share, an op is not named
-    assert api.unseen_ops(g, {**seen, "LRN": 1}) == []
+    assert seernet_run.unseen_ops(g, {**seen, "LRN": 1}) == []
     [r] = api.predict(lrn, batch=2, device="cpu-amd-epyc-1t")
     assert any("training data holds, nor an op of their kind: LRN" in w for w in r["warnings"])
     [plain] = api.predict("examples/resnet18.onnx", batch=2, device="cpu-amd-epyc-1t")
@@ -209,9 +209,9 @@ def test_ops_the_training_data_never_held_are_named_with_their_share():
                   helper.make_node("Softsign", ["d"], ["y"])],
                  [("x", ["N", 64, 32, 32])], [("y", None)],
                  [const("w", (64, 64, 3, 3)), const("v", (1, 64, 1, 1))])
-    assert api.unseen_ops(extract(tiny, batch=1), seen) == []  # Softsign: well under 1 %
+    assert seernet_run.unseen_ops(extract(tiny, batch=1), seen) == []  # Softsign: well under 1 %
     # an unseen op of a kind the training data holds (Caffe2's Sum of two tensors: an Add)
     summed = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
                     helper.make_node("Sum", ["c", "c"], ["y"])],
                    [("x", ["N", 3, 32, 32])], [("y", None)], [const("w", (16, 3, 3, 3))])
-    assert "Sum" not in seen and api.unseen_ops(extract(summed, batch=1), seen) == []
+    assert "Sum" not in seen and seernet_run.unseen_ops(extract(summed, batch=1), seen) == []

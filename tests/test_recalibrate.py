@@ -11,7 +11,7 @@ import pytest
 
 from perfseer_rt.calibrate.reference import references
 from perfseer_rt.graph import extract
-from perfseer_rt.predict import api
+from perfseer_rt.predict import seernet_run
 from perfseer_rt.predict.explain import predictor_info
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest
 from perfseer_rt.predict.registry import Predictor
@@ -183,9 +183,9 @@ def test_a_field_scale_scales_the_reported_value_and_both_memory_phases(tmp_path
                                      "peak_mem_mb": {**entry, "factor": 2.0}}
     scaled = Predictor(doc["device"]["name"], folder, doc, schema=parse_manifest(doc))
     graphs = [extract(r.path, batch=r.batch) for r in references()[:3]]
-    raw = api.run_predictor(plain, graphs)
+    raw = seernet_run.run_predictor(plain, graphs)
     col = {n: j for j, n in enumerate(plain.outputs)}
-    before, after = api.reported(plain, raw), api.reported(scaled, raw)
+    before, after = seernet_run.reported(plain, raw), seernet_run.reported(scaled, raw)
     mem = plain.memory
     assert after[:, col["latency_ms"]] == pytest.approx(0.5 * before[:, col["latency_ms"]])
     for name in (mem.peak, mem.load, mem.run):

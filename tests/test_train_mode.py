@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from perfseer_rt.cli import main  # noqa: E402
 from perfseer_rt.errors import DeviceError  # noqa: E402
-from perfseer_rt.predict import api, registry, train_mode  # noqa: E402
+from perfseer_rt.predict import api, registry, seernet_run, train_mode  # noqa: E402
 from perfseer_rt.predict.manifest import ManifestError, parse_manifest  # noqa: E402
 from tests.test_extract import conv_chain  # noqa: E402
 
@@ -81,7 +81,7 @@ def shipped(models_dir, monkeypatch):
     monkeypatch.setattr(registry, "models_root", lambda: models_dir)
     registry.predictors.cache_clear()
     train_mode.train_predictors.cache_clear()
-    api._session.cache_clear()
+    seernet_run._session.cache_clear()
     yield models_dir
     registry.predictors.cache_clear()
     train_mode.train_predictors.cache_clear()

@@ -34,9 +34,9 @@ from perfseer_rt.calibrate.reference import Reference, materialize, references
 from perfseer_rt.calibrate.store import check_name, write_entry
 from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
-from perfseer_rt.predict.api import external_weights_mb, reported, run_predictor
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
+from perfseer_rt.predict.seernet_run import external_weights_mb, reported, run_predictor
 from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
 from perfseer_rt.profile.worker import ProfileWorker

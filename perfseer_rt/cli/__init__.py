@@ -16,6 +16,7 @@ import click
 
 from perfseer_rt.cli.calibrate import calibrate
 from perfseer_rt.cli.common import emit_json, parse_dims, parse_input_shapes
+from perfseer_rt.cli.devices import SUBCOMMANDS as DEVICE_SUBCOMMANDS
 from perfseer_rt.cli.graph import extract, inspect
 from perfseer_rt.cli.predict import check, devices, fit, predict
 from perfseer_rt.cli.profile import profile
@@ -44,3 +45,5 @@ def main() -> None:
 
 for _cmd in (extract, inspect, predict, devices, check, fit, profile, serve, calibrate):
     main.add_command(_cmd)
+for _cmd in DEVICE_SUBCOMMANDS:  # devices add-gpu / remove / gpu-specs
+    devices.add_command(_cmd)

@@ -14,6 +14,9 @@ import click
 
 from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.gpu.backward import OPTIMIZERS
+from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
+from perfseer_rt.gpu.precision import PRECISIONS
 from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.budget import fit as do_fit
 from perfseer_rt.predict.explain import device_rows
@@ -107,6 +110,21 @@ _mode_opt = click.option(
          "priced from their kernel prior, AdamW).")
 
 
+_precision_opt = click.option(
+    "--precision", type=click.Choice(list(PRECISIONS) + list(PRECISION_ALIASES)), default=None,
+    help="GPU devices: how PyTorch runs the model: fp32 (PyTorch's defaults: TF32 convolutions), "
+         "tf32, fp32-strict, amp-fp16, amp-bf16 (autocast), fp16, bf16 (half models); default fp32.")
+_optimizer_opt = click.option(
+    "--optimizer", type=click.Choice(list(OPTIMIZERS)), default=None,
+    help="GPU devices, --mode train: the optimizer of the step (default adamw).")
+_layout_opt = click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
+                           help="GPU devices: memory format (nhwc: channels-last); default nchw.")
+_power_opt = click.option("--power-limit", "power_limit_w", type=click.FloatRange(min=1.0, max=5000.0),
+                          default=None, metavar="W", help="GPU devices: a power cap in watts.")
+_mig_opt = click.option("--mig-profile", default=None, metavar="PROFILE",
+                        help="MIG-capable GPU devices: predict on this slice (e.g. 1g.10gb).")
+
+
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=False))
 @click.option("--batch", "batch", default=None, metavar="N[,N...]",
@@ -116,10 +134,12 @@ _mode_opt = click.option(
 @_device_opt
 @click.option("--metrics", default=None, help="Comma-separated subset of the device's metrics.")
 @_model_opt
-@click.option("--precision", type=click.Choice(["fp32", "fp16-tc", "bf16-tc"]), default=None,
-              help="GPU-prior devices: fp32 (the data's, default) or fp16/bf16 scaled by the "
-                   "tensor-core peak under a stated assumption.")
+@_precision_opt
 @_mode_opt
+@_optimizer_opt
+@_layout_opt
+@_power_opt
+@_mig_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per "
               "model and batch) instead of the table.")
 @click.option("--keep-going", is_flag=True, help="A model that cannot be extracted gets its "
@@ -129,7 +149,8 @@ _mode_opt = click.option(
               help="Processes to extract the models in.")
 def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...], dims: tuple[str, ...],
             device: str | None, metrics: str | None, model_name: str | None, precision: str | None,
-            mode: str, as_json: bool, keep_going: bool, workers: int) -> None:
+            mode: str, optimizer: str | None, layout: str | None, power_limit_w: float | None,
+            mig_profile: str | None, as_json: bool, keep_going: bool, workers: int) -> None:
     """Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."""
     wanted = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     failed: list[str] = []
@@ -143,7 +164,9 @@ def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...],
     results = predict_many(expand_models(models), parse_batches(batch), device=device,
                            metrics=wanted, input_shapes=parse_input_shapes(inputs),
                            model_name=model_name, precision=precision, dims=parse_dims(dims),
-                           mode=mode, workers=workers, on_error=report if keep_going else None)
+                           mode=mode, workers=workers, on_error=report if keep_going else None,
+                           optimizer=optimizer, layout=layout, power_limit_w=power_limit_w,
+                           mig_profile=mig_profile)
     if as_json:
         emit_json(results)
     else:
@@ -154,10 +177,14 @@ def predict(models: tuple[str, ...], batch: str | None, inputs: tuple[str, ...],
         sys.exit(2)
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def devices(as_json: bool) -> None:
-    """List the predictors (shipped and calibrated) with their test accuracy."""
+@click.pass_context
+def devices(ctx: click.Context, as_json: bool) -> None:
+    """List the predictors (shipped and calibrated) with their test accuracy;
+    the subcommands add and remove your own GPUs (from their spec sheets)."""
+    if ctx.invoked_subcommand is not None:
+        return
     rows = [{**r, "train_mode": summary(r["device"])} for r in device_rows()]
     if as_json:
         emit_json(rows)

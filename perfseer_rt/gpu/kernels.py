@@ -1,44 +1,19 @@
-"""PerfGraph nodes -> GPU kernels of the prior's families.
-
-=============================================  ===============================
-ONNX node                                      kernel
-=============================================  ===============================
-MatMul / Gemm with a constant operand          ``linear`` (rows = all leading dims)
-MatMul with two data inputs                    ``bmm`` (batch = leading dims)
-Conv, groups = 1                               ``conv`` (implicit GEMM view)
-LayerNormalization (+ Skip/Simplified)         ``ln``
-Softmax / LogSoftmax                           ``softmax``
-element-wise ops (``ops.ELEMENTWISE_FLOPS``)   ``elem``
-views (Reshape, Flatten, Squeeze, Unsqueeze,   no kernel, 0 ms
-Identity, Dropout)
-erf-GELU as exported before opset 20           one ``elem`` kernel (transcendental) for the
-(Div or Mul, Erf, Add, Mul, Mul)               five nodes, as PyTorch's gelu and onnxruntime's
-                                               Gelu fusion run it (:func:`erf_gelu_groups`)
-LSTM / GRU / RNN                               per direction one ``linear`` (input projection),
-                                               then per step and direction a ``linear``
-                                               (recurrent GEMM) and an ``elem`` (the cell)
-everything else (pooling, BatchNorm, grouped   ``memory``: bytes over the
-/ depthwise Conv, Transpose, Concat, ...)      achieved element-wise bandwidth
-=============================================  ===============================
+"""Node rules shared by the GPU kernel model (:mod:`perfseer_rt.gpu.eager`):
+op sets, the erf-GELU pattern (five nodes PyTorch runs as one kernel), each
+node's output shape, and the kernels of recurrent layers (per direction one
+input-projection GEMM, then per step and direction a recurrent GEMM and a
+cell kernel, as cuDNN runs them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
-
-from perfseer_rt.graph.ops import ELEMENTWISE_FLOPS
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.recurrent import CELL_FLOPS, GATES, recurrent_batch, recurrent_steps
 
-#: Ops that onnxruntime runs as views of their input: no kernel.
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 LN_OPS = frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                     "SkipSimplifiedLayerNormalization"})
 SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
-#: Recurrent layers (:func:`_recurrent_kernels`).
+#: Recurrent layers (:func:`recurrent_kernels`).
 RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 #: Element-wise ops with a transcendental per element (NeuSight's gelu/tanh/pow rows).
 TRANSCENDENTAL = frozenset({"Pow", "Exp", "Log", "Erf", "Sqrt", "Sigmoid", "Tanh", "Gelu",
@@ -48,29 +23,7 @@ BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mea
                     "Equal", "Greater", "Less", "And", "Or", "PRelu"})
 
 
-@dataclass
-class Kernels:
-    """The kernels of one graph, grouped by family (plus ``memory`` and views).
-
-    ``shapes[family]`` holds the family's shape arrays (as
-    :mod:`perfseer_rt.gpu.features` expects); ``nodes[family]`` the PerfGraph
-    node index of each kernel.
-    """
-
-    shapes: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    nodes: dict[str, np.ndarray] = field(default_factory=dict)
-    views: list[int] = field(default_factory=list)
-    #: nodes priced inside another node's kernel (a fused pattern's other nodes)
-    fused: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        """Kernel launches (views excluded)."""
-        return int(sum(len(v) for v in self.nodes.values()))
-
-
-def _out_shapes(graph: PerfGraph) -> dict[int, tuple[int, ...]]:
+def out_shapes(graph: PerfGraph) -> dict[int, tuple[int, ...]]:
     """Full output shape of every node that feeds another node."""
     out: dict[int, tuple[int, ...]] = {}
     if graph.edge_shapes:
@@ -114,7 +67,7 @@ def erf_gelu_groups(graph: PerfGraph) -> dict[int, list[int]]:
     return groups
 
 
-def _recurrent_steps(graph: PerfGraph, i: int, out_shape: tuple[int, ...] | None
+def recurrent_shape(graph: PerfGraph, i: int, out_shape: tuple[int, ...] | None
                      ) -> tuple[int, int, int] | None:
     """(directions, sequence length, batch) of recurrent node ``i``: the
     batch from one of its outputs' shapes where another node reads one, else
@@ -132,7 +85,7 @@ def _recurrent_steps(graph: PerfGraph, i: int, out_shape: tuple[int, ...] | None
     return dirs, rows // batch, batch
 
 
-def _recurrent_kernels(op: str, steps: tuple[int, int, int], width: int, hidden: int,
+def recurrent_kernels(op: str, steps: tuple[int, int, int], width: int, hidden: int,
                        itemsize: float) -> list[tuple[str, dict[str, float]]]:
     """The kernels of an LSTM/GRU/RNN node: per direction one input
     projection (``seq x batch`` rows, ``G H`` wide, depth ``width``), then
@@ -151,84 +104,3 @@ def _recurrent_kernels(op: str, steps: tuple[int, int, int], width: int, hidden:
     for _ in range(seq * dirs):
         out += [("linear", gemm(batch, hidden)), ("elem", dict(cell))]
     return out
-
-
-def map_graph(graph: PerfGraph, itemsize_scale: float = 1.0) -> Kernels:
-    """Map every node of ``graph`` to a kernel (see the module table).
-
-    ``itemsize_scale`` multiplies every byte count (0.5: the fp16 assumption
-    applied to an fp32 model).
-    """
-    col = graph.node_column
-    flops, mac = col("flops"), col("mac") * itemsize_scale
-    weight, cin, cout = col("weight"), col("in_channels"), col("out_channels")
-    out_elems, n_in = col("out_elems"), col("num_inputs")
-    kh, kw, groups = col("kernel_h"), col("kernel_w"), col("groups")
-    shapes = _out_shapes(graph)
-    rows: dict[str, list[dict[str, Any]]] = {}
-    idx: dict[str, list[int]] = {}
-    k = Kernels()
-    odd_conv = set()
-
-    def add(family: str, i: int, **shape: float) -> None:
-        rows.setdefault(family, []).append(shape)
-        idx.setdefault(family, []).append(i)
-
-    gelu = erf_gelu_groups(graph)
-    inside = {j for group in gelu.values() for j in group if j not in gelu}
-    for i, op in enumerate(graph.node_ops):
-        f, b = float(flops[i]), float(mac[i])
-        shape = shapes.get(i)
-        if i in inside:
-            k.fused.append(i)
-        elif i in gelu:  # reads x, writes y: the Erf node's bytes; the five nodes' FLOPs
-            last = float(shape[-1]) if shape else float(max(out_elems[i], 1))
-            add("elem", i, rows=max(out_elems[i] / last, 1.0), cols=last,
-                flops=float(sum(flops[j] for j in gelu[i])), bytes=b, binary=0.0, transcendental=1.0)
-        elif op in VIEW_OPS:
-            k.views.append(i)
-        elif op in ("MatMul", "Gemm") and cout[i] > 0 and cin[i] > 0 and f > 0:
-            n, kk = float(cout[i]), float(cin[i])
-            if weight[i] > 0 or op == "Gemm":
-                add("linear", i, batch=1.0, m=max(out_elems[i] / n, 1.0), n=n, k=kk, flops=f, bytes=b)
-            else:
-                bat = float(np.prod(shape[:-2])) if shape and len(shape) > 2 else 1.0
-                m = max(out_elems[i] / n / bat, 1.0)
-                add("bmm", i, batch=bat, m=m, n=n, k=kk, flops=f, bytes=b)
-        elif op == "Conv" and groups[i] <= 1 and cout[i] > 0 and f > 0:
-            kk = float(cin[i] * max(kh[i], 1) * max(kw[i], 1))
-            if (kh[i], kw[i], col("stride_h")[i]) != (3, 3, 1):
-                odd_conv.add(f"{int(kh[i])}x{int(kw[i])}/s{int(col('stride_h')[i])}")
-            add("conv", i, batch=1.0, m=max(out_elems[i] / cout[i], 1.0), n=float(cout[i]),
-                k=kk, flops=f, bytes=b)
-        elif op in LN_OPS or op in SOFTMAX_OPS:
-            last = float(shape[-1]) if shape else float(max(cin[i], 1))
-            add("ln" if op in LN_OPS else "softmax", i, rows=max(out_elems[i] / last, 1.0),
-                cols=last, flops=f, bytes=b, binary=0.0, transcendental=0.0)
-        elif op in ELEMENTWISE_FLOPS:
-            last = float(shape[-1]) if shape else float(max(out_elems[i], 1))
-            add("elem", i, rows=max(out_elems[i] / last, 1.0), cols=last, flops=f, bytes=b,
-                binary=float(op in BINARY and n_in[i] >= 2),
-                transcendental=float(op in TRANSCENDENTAL))
-        elif op in RECURRENT_OPS and (steps := _recurrent_steps(graph, i, shape)) is not None:
-            for family, kernel in _recurrent_kernels(op, steps, int(cin[i]), int(cout[i]),
-                                                     4.0 * itemsize_scale):
-                add(family, i, **kernel)
-        else:
-            add("memory", i, flops=f, bytes=b)
-    for fam, lst in rows.items():
-        k.shapes[fam] = {key: np.array([r[key] for r in lst], np.float64) for key in lst[0]}
-        k.nodes[fam] = np.array(idx[fam], np.int64)
-    if gelu:
-        k.notes.append(f"{len(gelu)} erf-GELU pattern(s) (Div, Erf, Add, Mul, Mul) priced as one fused "
-                       "kernel each, as PyTorch and onnxruntime's CUDA EP run them")
-    recurrent = sorted({op for op in graph.node_ops if op in RECURRENT_OPS})
-    if recurrent:
-        k.notes.append(", ".join(recurrent) + " priced as cuDNN runs them, one input-projection "
-                       "GEMM per direction, then per step and direction a recurrent GEMM and a "
-                       "cell kernel (sequential: launch-bound at small batch); no recurrent "
-                       "layer is among the prior's measured kernels")
-    if odd_conv:
-        k.notes.append("conv kernels outside NeuSight's measured 3x3 stride-1 set ("
-                       + ", ".join(sorted(odd_conv)) + "): extrapolated in the implicit-GEMM view")
-    return k

@@ -33,10 +33,12 @@ def slice_spec(gpu: str, spec: GpuSpec, slices: int, memory_gb: float) -> GpuSpe
 
 
 def advise(gpu: str, spec: GpuSpec, peak_mib: float, margin: float,
-           latency_on: Callable[[GpuSpec], float])  -> dict[str, Any]:
-    """Profiles of ``gpu`` (smallest first) with usable MiB, fit and latency.
+           metrics_on: Callable[[GpuSpec], dict[str, Any]]) -> dict[str, Any]:
+    """Profiles of ``gpu`` (smallest first) with usable MiB, fit and the
+    model's metrics on each slice.
 
-    ``latency_on(spec) -> ms`` predicts the model on a slice's spec sheet.
+    ``metrics_on(spec) -> {"latency_ms": ..., ...}`` predicts the model on a
+    slice's spec sheet.
     The answer keeps the keys of :func:`perfseer_rt.predict.mig.suggest`
     (``gpu``, ``profile``, ``required_mb``, ``margin``) and adds ``profiles``.
     """
@@ -47,14 +49,13 @@ def advise(gpu: str, spec: GpuSpec, peak_mib: float, margin: float,
         s = slice_spec(gpu, spec, p.slices, p.memory_gb)
         fits = need < usable
         rows.append({"profile": p.name, "usable_mib": round(usable, 1), "fits": fits,
-                     "sms": s.sms, "mem_bw_gbs": round(s.mem_bw_gbs, 1),
-                     "latency_ms": round(float(latency_on(s)), 4)})
+                     "sms": s.sms, "mem_bw_gbs": round(s.mem_bw_gbs, 1), **metrics_on(s)})
         if fits and pick is None:
             pick = p.name
     out = {"gpu": gpu, "profile": pick, "required_mb": round(need, 1), "margin": round(margin, 3),
            "usable_fraction": USABLE_FRACTION, "profiles": rows,
            "rule": "smallest profile whose usable memory holds the predicted peak plus margin; "
-                   "latency on a slice from its share of SMs, bandwidth and L2"}
+                   "a slice's metrics from its share of SMs, bandwidth and L2"}
     if pick is None:
         out["reason"] = "does not fit the whole GPU"
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from perfseer_rt.errors import PerfSeerError
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -25,9 +27,18 @@ class GpuSpec:
     clock_mhz: float       #: boost clock, MHz
     fp32_gflops: float     #: fp32 peak (non-tensor-core), GFLOP/s
     l2_mb: float           #: L2 cache, MB
-    #: dense fp16/bf16 tensor-core peak, GFLOP/s (None: no tensor cores or
-    #: not known); used only behind the documented fp16 assumption.
+    #: dense fp16 tensor-core peak with fp32 accumulate, GFLOP/s (None: no
+    #: tensor cores or not known): what PyTorch's fp16 matmuls and AMP run at
     tc16_gflops: float | None = None
+    #: dense TF32 tensor-core peak, GFLOP/s (None: no TF32: before Ampere)
+    tf32_gflops: float | None = None
+    #: dense bf16 tensor-core peak with fp32 accumulate, GFLOP/s (None: no bf16)
+    bf16_gflops: float | None = None
+    #: architecture (``volta``, ``turing``, ``ampere``, ``ada``, ``hopper``,
+    #: ``blackwell``, ``pascal``); None: not given
+    arch: str | None = None
+    #: board power (TDP / TGP), W; None: not given
+    tdp_w: float | None = None
 
     @classmethod
     def from_config(cls, doc: dict[str, Any]) -> "GpuSpec":
@@ -45,6 +56,26 @@ class GpuSpec:
                "TC16_FLOPs": self.tc16_gflops or None}  # null: no tensor-core peak known
         return doc
 
+    def peak_gflops(self, peak: str) -> float:
+        """GFLOP/s of the math a kernel runs on (``fp32``, ``tf32``, ``fp16``,
+        ``bf16``): TF32 falls back to fp32 on GPUs without it (PyTorch's
+        flags then change nothing), fp16 to fp32 on GPUs without tensor cores.
+
+        Raises:
+            PerfSeerError: bf16 on a GPU without bf16 tensor cores (PyTorch
+                refuses bf16 autocast there).
+        """
+        if peak == "tf32":
+            return self.tf32_gflops or self.fp32_gflops
+        if peak == "fp16":
+            return self.tc16_gflops or self.fp32_gflops
+        if peak == "bf16":
+            if not self.bf16_gflops:
+                raise PerfSeerError(f"{self.name} has no bf16 tensor cores on its spec sheet "
+                                    "(bf16 needs Ampere or newer); use fp16 or fp32")
+            return self.bf16_gflops
+        return self.fp32_gflops
+
     @property
     def ridge(self) -> float:
         """Ridge point of the fp32 roofline, FLOP/byte."""
@@ -58,4 +89,8 @@ class GpuSpec:
                        fp32_gflops=self.fp32_gflops * sms / self.sms,
                        tc16_gflops=(self.tc16_gflops * sms / self.sms
                                     if self.tc16_gflops else None),
+                       tf32_gflops=(self.tf32_gflops * sms / self.sms
+                                    if self.tf32_gflops else None),
+                       bf16_gflops=(self.bf16_gflops * sms / self.sms
+                                    if self.bf16_gflops else None),
                        l2_mb=self.l2_mb * l2_fraction)

@@ -1,367 +1,66 @@
 """``perfseer_rt.predict``: ONNX models in, predicted metrics with units out.
 
-Many models go through the predictor together: their PerfGraphs are
-concatenated into disjoint graphs (the exported predictor's contract, see
-``training/seernet/export.py``), :data:`CHUNK_NODES` nodes or so per
-onnxruntime call.
+Every device is called the same way: its registry entry and the model asked
+for pick one implementation of the predictor interface
+(:mod:`perfseer_rt.predict.interface`, :mod:`perfseer_rt.predict.implementations`),
+which gets the models and one :class:`~perfseer_rt.predict.interface.Request`.
 """
 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-import numpy as np
-
-from perfseer_rt.errors import MetricError, PerfSeerError
-from perfseer_rt.gpu.predict import predict_gpu
-from perfseer_rt.gpu.predict_train import predict_gpu_train
-from perfseer_rt.graph import PerfGraph, extract, layout
-from perfseer_rt.graph.ops import cost_kind
-from perfseer_rt.predict import explain, local_cpu, mig, train_mode, uncertainty
-from perfseer_rt.predict.correction import Correction
-from perfseer_rt.predict.manifest import OUTPUT_NAMES, FieldScale, MemoryParts, Uncertainty, concat_graphs
-from perfseer_rt.predict.registry import Predictor
-
-#: Nodes per onnxruntime call when many graphs are predicted together. The
-#: predictor's intermediates are ``[nodes, 256]`` float32 (1 KiB per node), so
-#: a few hundred nodes keep them near the core's cache: over 200 NAS-Bench-201
-#: graphs (24,508 nodes) on one core, calls of 500..4,000 nodes ran at
-#: 1,250..1,330 graphs/s on the AMD EPYC (one call of all: ~940); on the Intel
-#: Xeon of session 19 calls of 384..768 nodes ran at ~800 graphs/s, 2,048 at
-#: ~705, 256 at ~715 (the default blend, 3 rounds). A graph larger
-#: than this goes alone. Each graph's prediction depends on that graph only:
-#: chunking changes speed, and results only in the last float32 bit (GEMM
-#: blocking; 2.4e-7 relative at most over those graphs).
-CHUNK_NODES = 768
-
-
-@lru_cache(maxsize=8)
-def _session(path: str, threads: int) -> Any:
-    # deliberately lazy: onnxruntime may be missing (an install without it); checked first
-    from perfseer_rt.install import check_onnxruntime
-    from perfseer_rt.profile.session import build_session
-
-    check_onnxruntime()
-    return build_session(path, "cpu", threads=threads).session
-
-
-def concat(graphs: Sequence[PerfGraph], num_globals: int | None = None) -> dict[str, np.ndarray]:
-    """The predictor's inputs for many graphs (:func:`manifest.concat_graphs`);
-    ``num_globals``: the first so many globals (a predictor of an older
-    layout, :data:`perfseer_rt.graph.layout.GLOBAL_COLUMNS_OF`), default all."""
-    return concat_graphs([g.x for g in graphs], [g.edge_index for g in graphs],
-                         [g.edge_attr for g in graphs], [g.u[:num_globals] for g in graphs])
-
-
-def chunks(graphs: Sequence[PerfGraph], max_nodes: int = CHUNK_NODES) -> list[Sequence[PerfGraph]]:
-    """Consecutive runs of ``graphs`` with at most ``max_nodes`` nodes in all
-    (a larger graph forms a run of its own)."""
-    runs, start, nodes = [], 0, 0
-    for i, g in enumerate(graphs):
-        if i > start and nodes + g.num_nodes > max_nodes:
-            runs.append(graphs[start:i])
-            start, nodes = i, 0
-        nodes += g.num_nodes
-    return runs + [graphs[start:]] if len(graphs) else runs
-
-
-def run_outputs(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None,
-                outputs: Sequence[str] = OUTPUT_NAMES, chunk_nodes: int = CHUNK_NODES) -> list[np.ndarray]:
-    """The ONNX ``outputs`` of ``model`` (default: the device's default model),
-    each ``[G, M]`` in the manifest's metric order, ``chunk_nodes`` nodes or
-    so per onnxruntime call.
-
-    Raises:
-        PerfSeerError: the model's ONNX file has no output of one of those names.
-    """
-    sess = _session(str(pred.model_file(model)), pred.threads)
-    have = {o.name for o in sess.get_outputs()}
-    if not set(outputs) <= have:
-        raise PerfSeerError(f"{pred.model_file(model)}: no output {sorted(set(outputs) - have)[0]!r}; "
-                            "the manifest and the ONNX file differ (reinstall the predictor)")
-    n_glob = len(layout.GLOBAL_COLUMNS_OF[pred.manifest["feature_version"]])
-    runs = [sess.run(list(outputs), concat(part, n_glob)) for part in chunks(graphs, chunk_nodes)]
-    return [np.concatenate([r[k] for r in runs]) if runs else np.zeros((0, len(pred.outputs)), np.float32)
-            for k in range(len(outputs))]
-
-
-def run_predictor(pred: Predictor, graphs: Sequence[PerfGraph], model: str | None = None,
-                  chunk_nodes: int = CHUNK_NODES) -> np.ndarray:
-    """Raw output ``y`` ``[G, M]`` of ``model`` (:func:`run_outputs`)."""
-    return run_outputs(pred, graphs, model, OUTPUT_NAMES, chunk_nodes)[0]
-
-
-def run_with_gaps(pred: Predictor, graphs: Sequence[PerfGraph],
-                  model: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(y, gap)`` of ``model``: ``gap`` ``[G, M]`` is the blend's
-    disagreement output where the manifest names one for this model (the
-    one its intervals and warning were calibrated for), else None."""
-    unc = pred.uncertainty
-    dis = unc.disagreement if unc is not None else None
-    if dis is None or (model or pred.default_model) != dis.model:
-        return run_predictor(pred, graphs, model), None
-    y, gap = run_outputs(pred, graphs, model, (OUTPUT_NAMES[0], dis.output))
-    return y, gap
-
-
-def external_weights_mb(graphs: Sequence[PerfGraph]) -> np.ndarray:
-    """MiB of each graph's weights stored in external data files beside the
-    model (``PerfGraph.info["external_weight_share"]`` of its weights)."""
-    return np.array([float(g.info.get("external_weight_share", 0.0)) *
-                     float(g.globals["weight_total"]) / 2**20 for g in graphs])
-
-
-def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None
-             ) -> np.ndarray:
-    """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
-    the shipped field scale applied, then a calibrated entry's corrections
-    (each metric's; the peak-memory one to both memory phases too, so the
-    parts stay consistent with the peak), then the session-creation phase
-    less the weights stored as external data (``external_mb`` [G], MiB: the
-    predictors learned models whose file, weights included, is read into
-    memory while the session is created; onnxruntime holds no such copy of
-    external weights: README "External weights"), then peak memory =
-    max(session creation, inference) where the manifest combines them so. A
-    calibration fits its corrections on the quantity before them (the base
-    entry as it reports), so fit and use agree."""
-    values = np.array(values, dtype=np.float64)
-    col = {name: j for j, name in enumerate(pred.outputs)}
-    mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
-    if mem is not None and not (mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()):
-        mem = None
-    adjustments: list[Mapping[str, FieldScale | Correction]] = [pred.field_scale, pred.corrections]
-    for adjust in adjustments:
-        for name, how in adjust.items():
-            phases = [mem.load, mem.run] if mem is not None and name == mem.peak else []
-            for t in [name] + [ph for ph in phases if ph not in adjust]:  # a phase's own entry wins
-                if t in col:
-                    values[:, col[t]] = how.apply(values[:, col[t]])
-    if mem is not None:
-        if external_mb is not None:
-            load = values[:, col[mem.load]]
-            values[:, col[mem.load]] = np.maximum(load - external_mb, 0.0)
-        values[:, col[mem.peak]] = np.maximum(values[:, col[mem.load]], values[:, col[mem.run]])
-    return values
-
-
-def corrected_by(pred: Predictor) -> dict[str, Correction]:
-    """The correction each output is scaled with in :func:`reported`: its
-    own, else (a memory phase) the peak's."""
-    fixes = dict(pred.corrections)
-    mem = pred.memory
-    if mem is not None and mem.peak in fixes:
-        for phase in (mem.load, mem.run):
-            fixes.setdefault(phase, fixes[mem.peak])
-    return fixes
-
-
-#: Share of a model's FLOPs or of its bytes moved (the nodes' ``mac``) above
-#: which ops its predictor's training data never held are named in a warning.
-UNSEEN_OP_SHARE = 0.01
-UNSEEN_OPS_WARNING = ("ops that no model of the predictor's training data holds, nor an op of their "
-                      "kind: {ops}; no measurement taught it their cost on this device, so the "
-                      "prediction may be far off")
-
-
-def unseen_ops(graph: PerfGraph, seen: Mapping[str, int]) -> list[str]:
-    """The ops of ``graph`` that no training architecture holds (``seen``:
-    ``training_data.ops``), whose cost is not of a generic kind that one of
-    the seen ops shares (element-wise, data movement:
-    :func:`perfseer_rt.graph.ops.cost_kind`; Caffe2's ``Sum`` of two tensors
-    runs as an ``Add``) and that do at least :data:`UNSEEN_OP_SHARE` of its
-    FLOPs or of its bytes moved, described (nodes, shares)."""
-    ops = np.array(graph.node_ops, dtype=object)
-    flops, mac = graph.node_column("flops"), graph.node_column("mac")
-    kinds = {cost_kind(op) for op in seen} - {None}
-    out = []
-    for op in sorted(set(graph.node_ops) - seen.keys()):
-        if cost_kind(op) in kinds:
-            continue
-        sel = ops == op
-        f = flops[sel].sum() / flops.sum() if flops.sum() else 0.0
-        m = mac[sel].sum() / mac.sum() if mac.sum() else 0.0
-        if max(f, m) >= UNSEEN_OP_SHARE:
-            out.append(f"{op} ({int(sel.sum())} node(s), {f:.1%} of the FLOPs, {m:.1%} of the bytes moved)")
-    return out
-
-
-def out_of_distribution(pred: Predictor, graph: PerfGraph) -> list[str]:
-    """Why this graph lies outside what the predictor was trained on."""
-    data = pred.schema.training_data if pred.schema else None
-    g = graph.globals
-    warnings = []
-    for rng, value, what in ((data and data.flops_total, g["flops_total"], "FLOPs"),
-                             (data and data.nodes, g["num_nodes"], "node count")):
-        if rng and not (rng.min <= value <= rng.max):
-            warnings.append(f"{what} {value:.4g} outside the training range "
-                            f"[{rng.min:.4g}, {rng.max:.4g}]")
-    batches = list(data.batch_sizes) if data else []
-    if batches and not (min(batches) <= g["batch_size"] <= max(batches)):
-        warnings.append(f"batch {g['batch_size']} outside the trained batch sizes "
-                        f"{min(batches)}..{max(batches)}")
-    if data is not None and data.ops is not None:
-        unseen = unseen_ops(graph, data.ops)
-        if unseen:
-            warnings.append(UNSEEN_OPS_WARNING.format(ops="; ".join(unseen)))
-    warnings.extend(graph.warnings)
-    if graph.unknown_ops:
-        warnings.append("ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops))))
-    return warnings
-
-
-def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float,
-                   gaps: Mapping[str, float] | None, calibrated: bool = True,
-                   corrections: Mapping[str, Correction] | None = None) -> None:
-    """Intervals on each metric (for the result's distance score, batch size
-    and the metric's disagreement gap), and a warning when the graph lies
-    beyond the calibrated distance threshold or the blend's two models
-    disagree on a metric beyond its threshold
-    (:mod:`perfseer_rt.predict.uncertainty`). ``calibrated``: the model
-    predicting is the one the intervals were calibrated for (the default);
-    another model's predictions get no interval. ``corrections``: a locally
-    calibrated entry's; a metric's interval is widened by its correction's
-    leave-one-out width, and a corrected metric without one (an entry written
-    before widths were kept) gets no interval."""
-    dis = unc.disagreement
-    for name, m in result["metrics"].items():
-        gap = gaps.get(name) if gaps is not None else None
-        iv = uncertainty.interval(unc, name, distance, result["batch"], gap) if calibrated else None
-        fix = (corrections or {}).get(name)
-        if iv is not None and fix is not None:
-            iv = None if fix.cv_log_q90 is None else uncertainty.widened(iv, fix.cv_log_q90)
-        if iv is not None:
-            m["interval"], m["coverage"] = iv.around(m["value"]), iv.coverage
-        if gap is not None:
-            m["disagreement"] = gap
-            limit = dis.thresholds.get(name) if dis is not None else None
-            if limit is not None and abs(gap) > limit:
-                result["warnings"].append(
-                    f"{uncertainty.DISAGREEMENT_WARNING} on {name} by {100 * np.expm1(abs(gap)):.0f} % "
-                    f"(> {100 * np.expm1(limit):.0f} %): on held-out models with such disagreement, "
-                    "errors above 25 % were common"
-                    + ("; its interval is widened with the disagreement"
-                       if unc.intervals.get(name) is not None and unc.intervals[name].scale != "none" else ""))
-    result["distance"] = {"score": distance, "threshold": unc.threshold}
-    if distance > unc.threshold:
-        result["warnings"].append(
-            f"{uncertainty.DISTANCE_WARNING} (distance score {distance:.2f} > {unc.threshold:.2f}): "
-            "on held-out models this far out, errors above 25 % were common; the intervals "
-            "are the wider ones calibrated for such models")
-
-
-def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float]) -> dict[str, Any]:
-    """The peak-memory prediction as parts (MiB): the weights (exact, from the
-    graph: each initializer once), the predicted peak while the session is
-    created and while it runs, which of them is the peak, and the runtime's
-    own baseline that the peak does not include."""
-    load, run = out[mem.load], out[mem.run]
-    weights = float(graph.globals["weight_total"]) / 2**20
-    return {"weights_mb": weights,
-            "session_load_peak_mb": load, "load_overhead_mb": max(load - weights, 0.0),
-            "inference_run_peak_mb": run, "run_overhead_mb": max(run - weights, 0.0),
-            "peak_phase": "session creation" if load >= run else "inference",
-            "combine": mem.combine,
-            "runtime_baseline_mb": mem.baseline_mb,
-            "note": "peak = max(session creation, inference) over the process baseline after "
-                    "importing onnxruntime; the baseline (runtime_baseline_mb) is not included; "
-                    "overheads are the phase peaks less the weights (prepacked copies, "
-                    "activation arena)"}
-
-
-def _wanted(pred: Predictor, metrics: Sequence[str] | None) -> list[str]:
-    wanted = list(metrics) if metrics else pred.metrics
-    missing = [m for m in wanted if m not in pred.metrics]
-    if missing:
-        raise MetricError(f"device {pred.device!r} does not predict {', '.join(missing)}; "
-                          f"it predicts {', '.join(pred.metrics)}")
-    return wanted
+from perfseer_rt.predict import train_mode
+from perfseer_rt.predict.implementations import implementation
+from perfseer_rt.predict.interface import Request
 
 
 def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int | None = None,
             device: str | None = None, metrics: Sequence[str] | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             model: str | None = None, precision: str | None = None,
-            dims: dict[str, int] | None = None, mode: str = "inference") -> list[dict[str, Any]]:
+            dims: dict[str, int] | None = None, mode: str = "inference",
+            optimizer: str | None = None, layout: str | None = None,
+            power_limit_w: float | None = None, mig_profile: str | None = None) -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
         models: a path, bytes, ModelProto or PerfGraph, or a list of them.
         batch: batch size (resolves a dynamic first dim; default 1).
-        device: a shipped predictor's device name (``perfseer-rt devices``);
-            default: the first of ``registry.DEFAULT_DEVICES`` that ships.
+        device: a device name (``perfseer-rt devices``); default: the first
+            of ``registry.DEFAULT_DEVICES`` that ships.
         metrics: subset of the device's metrics (default: all).
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
         model: which of the device's predictors (``perfseer-rt devices``);
             default: the manifest's ``default_model``.
-        precision: GPU-prior devices only: ``fp32`` (default) or
-            ``fp16-tc`` / ``bf16-tc`` (tensor-core assumption, see
-            :mod:`perfseer_rt.gpu.predict`).
+        precision: GPU devices: ``fp32`` (PyTorch's defaults), ``tf32``,
+            ``fp32-strict``, ``amp-fp16``, ``amp-bf16``, ``fp16``, ``bf16``
+            (:mod:`perfseer_rt.gpu.precision`); CPU devices predict their
+            measured precision (fp32) only.
         dims: symbolic input dims by name, as for :func:`perfseer_rt.extract`.
-        mode: ``"inference"`` (default) or ``"train"``: one training step
-            (the device's training-step predictor, :mod:`.train_mode`).
+        mode: ``"inference"`` (default) or ``"train"``: one training step.
+        optimizer: GPU training steps: ``sgd``, ``sgd-momentum``, ``adam``,
+            ``adamw`` (default), ``adadelta``.
+        layout: GPU devices: ``nchw`` (default) or ``nhwc`` (channels-last).
+        power_limit_w: GPU devices: a power cap in W (energy and a throttled
+            latency when the cap binds).
+        mig_profile: GPU devices with MIG: predict on this slice (e.g. ``1g.10gb``).
 
     Returns:
         One dict per model: ``model``, ``device``, ``batch``, ``metrics``
-        (name -> ``{"value", "unit"}``), ``mig`` (a profile suggestion on
-        MIG-capable GPUs, else None) and ``warnings``.
+        (name -> ``{"value", "unit", ...}``), ``mig`` and ``warnings``.
 
     Raises:
-        DeviceError: unknown device, unknown mode, or a device without a
-        training-step predictor for ``mode="train"`` (gpu-prior devices price
-        the training step from their kernel prior, :mod:`perfseer_rt.gpu.predict_train`).
-        MetricError: a metric the device's predictor lacks. ModelLoadError / ShapeError: as :func:`extract`.
+        DeviceError: unknown device or mode, or no training-step predictor for
+            ``mode="train"``. MetricError: a metric the device lacks.
+        ModelLoadError / ShapeError: as :func:`extract`. PerfSeerError: a
+            value outside its allowed set (precision, optimizer, layout...).
     """
     if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
         models = [models]
-    models = list(models)
+    request = Request(batch=batch, metrics=metrics, input_shapes=input_shapes, dims=dims, model=model,
+                      precision=precision, mode=mode, optimizer=optimizer, layout=layout,
+                      power_limit_w=power_limit_w, mig_profile=mig_profile)
     pred = train_mode.predictor_for(device, mode)
-    if pred.kind == "gpu-prior" and mode == "train":
-        return predict_gpu_train(pred, models, batch=batch, metrics=metrics,
-                                 input_shapes=input_shapes, precision=precision, dims=dims)
-    if pred.kind == "gpu-prior":
-        return predict_gpu(pred, models, batch=batch, metrics=_wanted(pred, metrics),
-                           input_shapes=input_shapes, precision=precision, dims=dims)
-    if precision not in (None, "fp32"):
-        raise MetricError(f"--precision {precision!r} applies to GPU-prior devices only; "
-                          f"{pred.device!r} predicts its measured precision")
-    pred.model_file(model)  # an unknown model fails before any extraction
-    wanted = _wanted(pred, metrics)
-    graphs = [m if isinstance(m, PerfGraph) else extract(m, batch=batch, input_shapes=input_shapes,
-                                                         dims=dims)
-              for m in models]
-    if not graphs:
-        return []
-    raw, raw_gap = run_with_gaps(pred, graphs, model)
-    values = reported(pred, raw, external_weights_mb(graphs))
-    gaps = None if raw_gap is None else uncertainty.phase_gaps(raw_gap, values, pred.outputs, pred.memory)
-    cpu_warning = local_cpu.mismatch_warning(pred.device, pred.manifest)
-    mem_metric = next((m for m in pred.metrics if m.startswith("peak_mem")), None)
-    unc = pred.uncertainty
-    distance = uncertainty.scores(unc, pred.folder, graphs) if unc is not None else None
-    fixes = corrected_by(pred)
-    results: list[dict[str, Any]] = []
-    for i, (source, graph, row) in enumerate(zip(models, graphs, values)):
-        out = dict(zip(pred.outputs, (float(v) for v in row)))
-        metric_out: dict[str, dict[str, Any]] = {m: {"value": out[m], "unit": pred.unit(m)} for m in wanted}
-        result: dict[str, Any] = {
-            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
-            "device": pred.device,
-            "batch": int(graph.globals["batch_size"]),
-            "metrics": metric_out,
-            "mig": None,
-            "warnings": out_of_distribution(pred, graph) + ([cpu_warning] if cpu_warning else []),
-        }
-        if unc is not None and distance is not None:
-            _add_intervals(result, unc, float(distance[i]),
-                           None if gaps is None else dict(zip(pred.outputs, (float(v) for v in gaps[i]))),
-                           calibrated=(model or pred.default_model) == pred.default_model,
-                           corrections=fixes)
-        if pred.memory is not None and pred.memory.peak in wanted:
-            metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
-        if pred.mig_gpu and mem_metric:
-            mape = pred.test_accuracy(mem_metric, model).get("mape")
-            result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))
-        results.append(explain.annotate(train_mode.annotate(result, pred, model), pred, model))
-    return results
+    return implementation(pred, model).predict(list(models), request)

@@ -19,9 +19,9 @@ from typing import Any
 import onnx
 
 from perfseer_rt.errors import MetricError, ModelLoadError, PerfSeerError, ShapeError
-from perfseer_rt.gpu.predict_train import TRAIN_METRICS
 from perfseer_rt.graph.extract import extract
 from perfseer_rt.predict.api import predict
+from perfseer_rt.predict.implementations import implementation
 from perfseer_rt.predict.train_mode import predictor_for
 
 #: The largest value :func:`fit` tries (2**16).
@@ -49,9 +49,7 @@ def _metrics(device: str | None, mode: str) -> tuple[list[str], str]:
     """(the metrics ``mode`` on ``device`` predicts, the one a latency budget
     reads: ``latency_ms`` for inference, ``step_ms`` for a training step)."""
     pred = predictor_for(device, mode)
-    if mode == "train":
-        return (list(TRAIN_METRICS) if pred.kind == "gpu-prior" else pred.metrics), "step_ms"
-    return pred.metrics, "latency_ms"
+    return implementation(pred).metric_names(mode), "step_ms" if mode == "train" else "latency_ms"
 
 
 def _limits(max_latency_ms: float | None, max_memory_mb: float | None,

@@ -41,10 +41,9 @@ registry (``perfseer_rt/predict/registry.py``):
 * a user-calibrated CPU entry (``perfseer-rt calibrate``) is its base's
   seernet manifest plus ``calibration``, ``device.base`` and
   ``accuracy.test_kind``: those are set aside and the rest is checked here;
-* kind ``"gpu-prior"`` (``exported_models/h100`` ...: spec sheet + public
-  kernel prior, layout ``perfseer-rt-predictor/1``) has its own strict schema,
-  :mod:`perfseer_rt.gpu.manifest`, read with :func:`parse_section`
-  (``registry.SEPARATE_SCHEMA_KINDS``); moving it under schema 2 is open.
+* kind ``"gpu"`` entries are made in memory from a GPU spec sheet, whose own
+  strict schema is :mod:`perfseer_rt.gpu.spec_sheet`
+  (:mod:`perfseer_rt.gpu.entries`, ``registry.SEPARATE_SCHEMA_KINDS``).
 
 The ONNX predictor's inputs are built by :func:`concat_graphs` (training
 imports it), named :data:`INPUT_NAMES`, run with the manifest's
@@ -492,7 +491,7 @@ def _parse_fields(cls: type, doc: Any, where: str, skip: Sequence[str] = (),
 
 def parse_section(cls: type[_T], doc: Any, where: str = "") -> _T:
     """``doc`` as the frozen dataclass ``cls``, strictly (the reader of every
-    manifest kind; :mod:`perfseer_rt.gpu.manifest` uses it for gpu-prior entries).
+    manifest kind).
 
     Raises:
         ManifestError: naming the missing, unknown or mistyped field.

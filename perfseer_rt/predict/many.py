@@ -56,14 +56,17 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                  model_name: str | None = None, precision: str | None = None,
                  dims: dict[str, int] | None = None,
                  progress: bool | None = None, mode: str = "inference", workers: int = 1,
-                 on_error: Callable[[str, PerfSeerError], None] | None = None) -> list[dict[str, Any]]:
+                 on_error: Callable[[str, PerfSeerError], None] | None = None,
+                 **gpu_options: Any) -> list[dict[str, Any]]:
     """Predict every model at every batch size: extraction per model (all its
     batch sizes in one pass, :func:`~perfseer_rt.graph.iter_extract_many`, in
     ``workers`` processes) with a progress bar on stderr when there are many,
     then one batched prediction (``mode``: ``"inference"`` or ``"train"``, as
     :func:`predict`). Results are in model-major order. A model that fails to
     extract raises its error, or with ``on_error`` is passed to it (model,
-    error) and left out while the others are predicted."""
+    error) and left out while the others are predicted. ``gpu_options``
+    (``optimizer``, ``layout``, ``power_limit_w``, ``mig_profile``) go to
+    :func:`predict` as they are."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
     predictor_for(device, mode)
     total = len(models) * len(batches)
@@ -86,7 +89,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     if not graphs:
         return []
     results = predict(graphs, device=device, metrics=metrics, model=model_name,
-                      precision=precision, mode=mode)
+                      precision=precision, mode=mode, **gpu_options)
     for r, m in zip(results, names):
         r["model"] = m
     return results

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
-from perfseer_rt.gpu.manifest import KIND as KIND_GPU_PRIOR
-from perfseer_rt.gpu.manifest import parse_gpu_prior
+from perfseer_rt.gpu.entries import ALIASES as GPU_ALIASES
+from perfseer_rt.gpu.entries import gpu_entries
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import FieldScale, Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
-DEFAULT_DEVICES = ("h200", "h100", "cpu-amd-epyc-1t")
+DEFAULT_DEVICES = ("cpu-amd-epyc-1t",)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Predictor:
     user: bool = False  # a user entry (``perfseer-rt calibrate``), not shipped
     #: The typed manifest (:mod:`perfseer_rt.predict.manifest`, checked strictly at
     #: load) of a seernet predictor, shipped or calibrated; None for a kind the
-    #: schema does not cover yet (``gpu-prior``: read by :mod:`perfseer_rt.gpu`).
+    #: schema does not cover (``gpu``: a spec sheet, :mod:`perfseer_rt.gpu.entries`).
     schema: Manifest | None = None
 
     @property
@@ -58,7 +58,7 @@ class Predictor:
 
     def _models_section(self) -> dict[str, Any]:
         """The dict holding ``models`` and ``default_model``: the ``seernet``
-        section (schema 2), else the manifest itself (gpu-prior)."""
+        section (schema 2), else the manifest itself (gpu entries)."""
         return self.manifest.get("seernet") or self.manifest
 
     @property
@@ -123,8 +123,8 @@ class Predictor:
 
     @property
     def kind(self) -> str:
-        """``"seernet"`` (a trained predictor, the default) or ``"gpu-prior"``
-        (:mod:`perfseer_rt.gpu`: public kernel prior + spec sheet)."""
+        """``"seernet"`` (a trained predictor, the default) or ``"gpu"`` (a GPU
+        from its spec sheet, :mod:`perfseer_rt.gpu.entries`)."""
         return str(self.manifest.get("kind", "seernet"))
 
     @property
@@ -166,10 +166,12 @@ def shipped_predictors() -> dict[str, Predictor]:
     return out
 
 
-#: Kinds with a strict schema of their own (same parser, another layout):
-#: ``gpu-prior`` manifests (``exported_models/h100`` ...), :mod:`perfseer_rt.gpu.manifest`,
-#: read by :class:`perfseer_rt.gpu.predict.GpuPriorDevice`.
-SEPARATE_SCHEMA_KINDS: dict[str, Callable[[Any], Any]] = {KIND_GPU_PRIOR: parse_gpu_prior}
+#: Kinds with a strict schema of their own: ``gpu`` entries are made from a
+#: spec sheet (:mod:`perfseer_rt.gpu.entries`), validated strictly when read
+#: (:mod:`perfseer_rt.gpu.spec_sheet`).
+SEPARATE_SCHEMA_KINDS: dict[str, Callable[[Any], Any]] = {"gpu": lambda doc: None}
+#: Kinds a GPU spec sheet describes (never the default device: named only).
+GPU_KINDS = ("gpu",)
 #: Keys a calibrated user entry (``perfseer-rt calibrate``) adds to its base's
 #: seernet manifest; the rest is checked by the strict schema.
 CALIBRATION_KEYS = ("calibration",)
@@ -205,9 +207,12 @@ def typed_manifest(path: Path, doc: dict[str, Any]) -> Manifest | None:
 
 
 def predictors() -> dict[str, Predictor]:
-    """Every predictor by device name: the shipped ones, then the user's
-    entries under :func:`user_root` (read at each call: calibrate adds some)."""
+    """Every predictor by device name: the shipped ones, the GPUs of the
+    shipped and the user's spec sheets, then the user's entries under
+    :func:`user_root` (read at each call: calibrate and add-gpu add some)."""
     out = dict(shipped_predictors())
+    for name, folder, doc, user in gpu_entries(models_root(), user_root()):
+        out.setdefault(name, Predictor(name, folder, doc, user=user))
     for manifest in sorted(user_root().glob(f"*/{MANIFEST}")):
         try:
             doc = json.loads(manifest.read_text())
@@ -231,9 +236,10 @@ def get_predictor(device: str | None) -> Predictor:
     if not found:
         raise DeviceError(f"no predictors are installed (looked in {models_root()} and {user_root()})")
     if device is None:
-        # a prior (kind gpu-prior) is used only when named
-        measured = sorted(d for d, p in found.items() if p.kind != "gpu-prior") or sorted(found)
+        # a GPU from its spec sheet is used only when named
+        measured = sorted(d for d, p in found.items() if p.kind not in GPU_KINDS) or sorted(found)
         device = next((d for d in DEFAULT_DEVICES if d in measured), measured[0])
+    device = GPU_ALIASES.get(device, device) if device not in found else device
     if device not in found:
         raise DeviceError(f"unknown device {device!r}; known predictors: "
                           f"{', '.join(sorted(found))} (see `perfseer-rt devices`; "

@@ -39,9 +39,10 @@ _STEP_MEM = ("peak resident memory (VmHWM, method {method}) of the measuring pro
              "baseline, not here")
 
 
-#: How a gpu-prior device answers ``--mode train`` (:mod:`perfseer_rt.gpu.train_step`).
-GPU_PRIOR_STEP = ("priced from the kernel prior: forward kernels, cross-entropy loss, the backward "
-                  "kernels of each, one AdamW update (not measured by us; reports/gpu-prior/neusight_e2e.md)")
+#: How a GPU device answers ``--mode train`` (:mod:`perfseer_rt.gpu.backward`).
+GPU_STEP = ("one PyTorch eager training step: forward kernels, cross-entropy loss, the backward "
+            "kernels autograd launches for each, the optimizer update (--optimizer, default "
+            "AdamW), priced like inference (not measured by us: reports/gpu-learned/)")
 
 
 def check_mode(mode: str) -> str:
@@ -94,8 +95,8 @@ def get_train_predictor(device: str | None) -> Predictor:
 def predictor_for(device: str | None, mode: str) -> Predictor:
     """The predictor that answers ``mode`` on ``device``: the device's own for
     inference, and for training its training-step predictor, except on a
-    gpu-prior entry, which prices the training step itself
-    (:mod:`perfseer_rt.gpu.predict_train`).
+    GPU entry (kind ``gpu``), which prices the training step itself
+    (:mod:`perfseer_rt.gpu.predictor`).
 
     Raises:
         DeviceError: as :func:`check_mode`, :func:`registry.get_predictor`
@@ -103,7 +104,7 @@ def predictor_for(device: str | None, mode: str) -> Predictor:
     """
     if check_mode(mode) == "inference":
         return registry.get_predictor(device)
-    if device is not None and registry.get_predictor(device).kind == "gpu-prior":
+    if device is not None and registry.get_predictor(device).kind in registry.GPU_KINDS:
         return registry.get_predictor(device)
     return get_train_predictor(device)
 
@@ -159,10 +160,9 @@ def summary(device: str) -> dict[str, Any] | None:
     pred = train_predictors().get(device)
     if pred is None:
         base = registry.predictors().get(device)
-        if base is None or base.kind != "gpu-prior":
+        if base is None or base.kind not in registry.GPU_KINDS:
             return None
-        return {"description": GPU_PRIOR_STEP,
-                "whole_model": base.manifest.get("accuracy", {}).get("whole_model_train"),
+        return {"description": GPU_STEP,
                 "metrics": [{"name": "step_ms", "unit": "ms", "test_mape_pct": None},
                             {"name": "peak_mem_mb", "unit": "MiB", "test_mape_pct": None}]}
     return {"description": description(pred),

@@ -41,11 +41,12 @@ from fastapi.responses import JSONResponse
 from perfseer_rt import __version__
 from perfseer_rt.errors import DeviceError, MetricError, ModelLoadError, PerfSeerError, ShapeError
 from perfseer_rt.graph.extract import extract
-from perfseer_rt.predict.api import _session, predict
+from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.explain import device_rows
 from perfseer_rt.predict.many import parse_batches
 from perfseer_rt.predict.registry import Predictor, get_predictor, predictors
+from perfseer_rt.predict.seernet_run import _session
 from perfseer_rt.predict.train_mode import predictor_for
 from perfseer_rt.serve.schema import CheckVerdict, DeviceRow, ErrorBody, Result
 

@@ -26,7 +26,6 @@ from perfseer_rt.gpu.prior import PRIOR_FORMAT, PROVENANCE
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpuprior import models as M
 from training.gpuprior.data import FILES, data_root, load_family, load_specs
-from training.gpuprior.devices import write_entries
 from training.gpuprior.evaluate import leave_one_gpu_out
 from training.gpuprior.report import write_report
 
@@ -72,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     folds = leave_one_gpu_out(families, args.steps, cache=out / "folds.json")
     results = write_report(folds, out, COMMAND.format(steps=args.steps), specs)
-    doc = export_final(families, args.steps, Path(args.export), results["per_family"])
-    names = write_entries(specs, doc, folds, Path(args.export).parent, f"{PRIOR_FORMAT}+steps{args.steps}")
-    print(f"wrote {out}/README.md, {args.export}/, device entries: {', '.join(names)}")
+    export_final(families, args.steps, Path(args.export), results["per_family"])
+    print(f"wrote {out}/README.md and {args.export}/ (GPU devices come from their spec sheets: "
+          "perfseer_rt/gpu/spec_sheets)")
     return 0
 
 

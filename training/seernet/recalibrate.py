@@ -43,7 +43,7 @@ validated leaving one check file out (the factor fitted on the others,
 MAPE on the one left out, pooled) and kept only where that MAPE falls by at
 least :data:`MIN_GAIN` points (a factor that moves nothing is not shipped). The
 kept factors go into ``seernet.field_scale`` (applied by
-:func:`perfseer_rt.predict.api.reported`), and the widening above then
+:func:`perfseer_rt.predict.seernet_run.reported`), and the widening above then
 reads every check's residual against the scaled prediction.
 """
 

@@ -1,7 +1,7 @@
 """The op types of a predictor's training data, written into its manifest
 (``training_data.ops``: op type -> training architectures whose PerfGraph
 holds a node of it), so that a prediction can say when a model's work sits
-in ops the predictor never saw measured (:func:`perfseer_rt.predict.api.out_of_distribution`).
+in ops the predictor never saw measured (:func:`perfseer_rt.predict.seernet_run.out_of_distribution`).
 
 The stored graphs name the ops of the layout's vocabulary in their one-hot
 columns; a node of any other op is ``op_other`` there, so the architectures

@@ -1,0 +1,252 @@
+"""GPU devices behind the one predictor interface (:mod:`perfseer_rt.predict.interface`):
+a GPU from its spec sheet (:mod:`perfseer_rt.gpu.entries`), the step as
+PyTorch eager runs it (:mod:`perfseer_rt.gpu.step`), each kernel priced by
+
+* :class:`LearnedGpuPredictor` (model ``learned``, the default): its
+  roofline on the spec sheet corrected by the learned whole-model layer
+  (:mod:`perfseer_rt.gpu.learned`), trained on whole-model latencies
+  measured by others;
+* :class:`PriorGpuPredictor` (model ``prior``): the NeuSight kernel prior
+  (:mod:`perfseer_rt.gpu.prior`), fitted on fp32 single operators.
+
+Both answer the same metrics: latency (inference) or step time (training),
+peak memory in parts, SM utilization, energy and average power
+(:mod:`perfseer_rt.gpu.resources`), per MIG slice too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError
+from perfseer_rt.gpu import backward as B
+from perfseer_rt.gpu import learned as L
+from perfseer_rt.gpu import mig_advice, pricing, resources, step
+from perfseer_rt.gpu.kernel_table import KernelTable
+from perfseer_rt.gpu.precision import Precision, get_precision
+from perfseer_rt.gpu.prior import PROVENANCE, load_prior
+from perfseer_rt.gpu.spec_sheet import SpecSheet
+from perfseer_rt.gpu.specs import GpuSpec
+from perfseer_rt.graph import PerfGraph, extract
+from perfseer_rt.graph.extract import general_warnings
+from perfseer_rt.predict.interface import Request, register
+from perfseer_rt.predict.mig import MIG_PROFILES, margin_for
+from perfseer_rt.predict.registry import Predictor
+
+LAYOUTS = ("nchw", "nhwc")
+#: Prior's launch cost per kernel launch (ms): the GPU-side floor of a kernel.
+PRIOR_LAUNCH_MS = 0.003
+
+
+@dataclass
+class Step:
+    """One model's step on one spec: its kernels, their ms and the total."""
+
+    table: KernelTable
+    kernel_ms: np.ndarray
+    host_ms: np.ndarray
+    total_ms: float
+
+
+class GpuPredictor:
+    """What both GPU implementations share; subclasses price kernels."""
+
+    model_name = ""
+    description = ""
+
+    def __init__(self, pred: Predictor) -> None:
+        self.pred = pred
+        self.sheet = SpecSheet.from_dict(pred.manifest["spec_sheet"])
+        self.spec = self.sheet.to_gpu_spec()
+
+    # -- pricing (the implementations differ here only) ----------------
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
+        raise NotImplementedError
+
+    def host_scale(self) -> float:
+        return 1.0
+
+    def accuracy(self) -> dict[str, Any] | None:
+        """Held-out accuracy of this model (None: none recorded)."""
+        return None
+
+    # -- the interface ---------------------------------------------------
+    def run(self, graph: PerfGraph, cfg: step.StepConfig, spec: GpuSpec,
+            table: KernelTable | None = None) -> Step:
+        table = table if table is not None else step.kernels(graph, cfg)
+        kms = self.kernel_ms(table, spec, cfg.layout, cfg.precision)
+        host = step.host_ms(table, cfg.mode, self.host_scale())
+        return Step(table, kms, host, step.total_ms(float(kms.sum()), float(host.sum())))
+
+    def config(self, request: Request) -> step.StepConfig:
+        prec = get_precision(request.precision)
+        if request.mode not in ("inference", "train"):
+            raise DeviceError(f"mode {request.mode!r}: expected inference or train")
+        layout = request.layout or "nchw"
+        if layout not in LAYOUTS:
+            raise PerfSeerError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+        opt = B.get_optimizer(request.optimizer) if request.mode == "train" else None
+        if request.optimizer is not None and request.mode != "train":
+            raise PerfSeerError("optimizer applies to --mode train only")
+        if prec.dtype == "bf16":
+            self.spec.peak_gflops("bf16")  # refuses a GPU without bf16 tensor cores
+        return step.StepConfig(prec, mode=request.mode, optimizer=opt, layout=layout)
+
+    def slice_spec(self, profile: str | None) -> GpuSpec:
+        if profile is None:
+            return self.spec
+        table = self.sheet.mig
+        if table is None:
+            raise DeviceError(f"device {self.pred.device!r} ({self.sheet.name}) has no MIG")
+        names = [p.name for p in MIG_PROFILES[table]]
+        if profile not in names:
+            raise DeviceError(f"MIG profile {profile!r}: {self.sheet.name} has {', '.join(names)}")
+        p = MIG_PROFILES[table][names.index(profile)]
+        return mig_advice.slice_spec(table, self.spec, p.slices, p.memory_gb)
+
+    def metric_names(self, mode: str) -> list[str]:
+        return ["step_ms" if mode == "train" else "latency_ms", "peak_mem_mb", "sm_util_pct",
+                "energy_mj", "power_w"]
+
+    def predict(self, models: list[Any], request: Request) -> list[dict[str, Any]]:
+        cfg = self.config(request)
+        spec = self.slice_spec(request.mig_profile)
+        names = self.metric_names(cfg.mode)
+        time_metric = names[0]
+        wanted = list(request.metrics) if request.metrics else names
+        missing = [m for m in wanted if m not in names]
+        if missing:
+            raise MetricError(f"device {self.pred.device!r} does not predict {', '.join(missing)} in "
+                              f"--mode {cfg.mode}; it predicts {', '.join(names)}")
+        results = []
+        for source in models:
+            graph = source if isinstance(source, PerfGraph) else extract(
+                source, batch=request.batch, input_shapes=request.input_shapes, dims=request.dims)
+            results.append(self._one(source, graph, cfg, spec, request, wanted, time_metric))
+        return results
+
+    def _one(self, source: Any, graph: PerfGraph, cfg: step.StepConfig, spec: GpuSpec, request: Request,
+             wanted: list[str], time_metric: str) -> dict[str, Any]:
+        st = self.run(graph, cfg, spec)
+        res = resources.estimate(graph, source, st, spec, self.sheet, cfg, request.power_limit_w)
+        metrics = {time_metric: self._time_block(st, res, cfg), **res.metrics}
+        result: dict[str, Any] = {
+            "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
+            "device": self.pred.device + (f" [{request.mig_profile}]" if request.mig_profile else ""),
+            "batch": int(graph.globals["batch_size"]), "mode": cfg.mode,
+            "precision": cfg.precision.name, "layout": cfg.layout,
+            "optimizer": cfg.optimizer.name if cfg.optimizer else None,
+            "predictor": self.info(),
+            "metrics": {m: metrics[m] for m in wanted},
+            "mig": None, "assumptions": self.assumptions(cfg) + res.assumptions,
+            "warnings": st.table.notes + general_warnings(graph.warnings)
+            + (["ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops)))]
+               if graph.unknown_ops else [])}
+        if self.sheet.mig and request.mig_profile is None:
+            result["mig"] = self._mig(graph, source, cfg, st, res.peak_mib, request.power_limit_w)
+        return result
+
+    def _time_block(self, st: Step, res: resources.Resources, cfg: step.StepConfig) -> dict[str, Any]:
+        by_class: dict[str, float] = {}
+        by_phase: dict[str, float] = {}
+        for c, p, ms in zip(st.table["cls"], st.table["phase"], st.kernel_ms):
+            by_class[str(c)] = by_class.get(str(c), 0.0) + float(ms)
+            by_phase[str(p)] = by_phase.get(str(p), 0.0) + float(ms)
+        value = st.total_ms * res.slowdown
+        acc = self.accuracy()
+        block: dict[str, Any] = {
+            "value": round(value, 4), "unit": "ms", "interval": None, "coverage": None,
+            "meaning": ("one training step (forward, cross-entropy loss, backward, optimizer update)"
+                        if cfg.mode == "train" else "one inference call (forward pass)")
+            + " as PyTorch eager runs it on one stream after warm-up: the GPU's busy time "
+            "(every kernel, priced by the " + self.description + ") and the host's dispatch time "
+            f"combined as their smooth maximum (p = {step.SMOOTH_P:g})"
+            + ("; slowed by the power cap" if res.slowdown > 1.0 else ""),
+            "gpu_busy_ms": round(float(st.kernel_ms.sum()), 4), "host_ms": round(float(st.host_ms.sum()), 4),
+            "kernels": int(round(st.table.launches)),
+            "parts": {k: round(v, 4) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
+            "phases": {k: round(v, 4) for k, v in by_phase.items()}}
+        if acc and acc.get("log_q"):
+            lo, hi = acc["log_q"]
+            block["interval"] = [round(value * float(np.exp(lo)), 4), round(value * float(np.exp(hi)), 4)]
+            block["coverage"] = acc.get("coverage")
+        return block
+
+    def _mig(self, graph: PerfGraph, source: Any, cfg: step.StepConfig, st: Step, peak_mib: float,
+             power_limit_w: float | None) -> dict[str, Any]:
+        table = str(self.sheet.mig)
+
+        def on_slice(spec: GpuSpec) -> dict[str, Any]:
+            s = self.run(graph, cfg, spec, st.table)
+            r = resources.estimate(graph, source, s, spec, self.sheet, cfg, power_limit_w)
+            return {"latency_ms": round(s.total_ms * r.slowdown, 4),
+                    **{k: r.metrics[k]["value"] for k in ("sm_util_pct", "energy_mj", "power_w")}}
+        return mig_advice.advise(table, self.spec, peak_mib, margin_for(None), on_slice)
+
+    def info(self) -> dict[str, Any]:
+        m = self.pred.manifest
+        return {"device": self.pred.device, "kind": self.pred.kind, "model": self.model_name,
+                "version": m.get("version", ""), "runtime": m.get("runtime"),
+                "provenance": self.provenance(), "description": f"{self.sheet.name}: {self.description}",
+                "spec_source": m.get("spec_source"), "accuracy": self.accuracy()}
+
+    def provenance(self) -> str:
+        return ""
+
+    def assumptions(self, cfg: step.StepConfig) -> list[str]:
+        return [f"precision {cfg.precision.name}: {cfg.precision.meaning}",
+                "runtime PyTorch eager (>= 2.0): attention through scaled_dot_product_attention, "
+                "BatchNorm as its own kernel, cuDNN/cuBLAS kernels, one stream",
+                "host dispatch time of a recent server CPU (a slower host makes small batches slower)"]
+
+
+@register("gpu", "prior")
+class PriorGpuPredictor(GpuPredictor):
+    """Kernels priced by the NeuSight kernel prior (fp32 single operators,
+    tensor-core kernels scaled to their peak under a stated assumption)."""
+
+    model_name = "prior"
+    description = "NeuSight kernel prior (single fp32 operators measured by others)"
+
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
+        prior = load_prior(str((self.pred.folder / "_gpu_prior").resolve()))
+        return pricing.price(table, spec, prior, PRIOR_LAUNCH_MS)
+
+    def provenance(self) -> str:
+        return PROVENANCE
+
+    def assumptions(self, cfg: step.StepConfig) -> list[str]:
+        return super().assumptions(cfg) + [
+            "tensor-core kernels reach the same fraction of their peak as fp32 kernels of the same "
+            "shape reach of the fp32 peak (the prior's data are fp32 only)"]
+
+
+@register("gpu", "learned")
+class LearnedGpuPredictor(GpuPredictor):
+    """Kernels priced by their roofline on the spec sheet times the learned
+    layer's correction."""
+
+    model_name = "learned"
+    description = "roofline x learned whole-model layer (whole-model latencies measured by others)"
+
+    def __init__(self, pred: Predictor) -> None:
+        super().__init__(pred)
+        self.layer = L.load_learned(str((pred.folder / "_gpu_learned").resolve()))
+
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
+        return self.layer.kernel_ms(table, spec, layout, prec.half)
+
+    def host_scale(self) -> float:
+        return self.layer.host_scale
+
+    def accuracy(self) -> dict[str, Any] | None:
+        acc: dict[str, Any] | None = self.layer.doc.get("accuracy")
+        return acc
+
+    def provenance(self) -> str:
+        return str(self.layer.doc.get("provenance", ""))
+

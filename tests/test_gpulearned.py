@@ -1,0 +1,97 @@
+"""The learned GPU layer's training side (training/gpulearned) and its runtime
+(perfseer_rt/gpu/learned.py): labels from public records, kernel data, the
+layer extrapolation, the fit, the export round trip."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.gpu import learned as L  # noqa: E402
+from perfseer_rt.gpu import learned_features as LF  # noqa: E402
+from perfseer_rt.gpu import step  # noqa: E402
+from perfseer_rt.gpu.precision import get_precision  # noqa: E402
+from perfseer_rt.gpu.spec_store import shipped_sheet  # noqa: E402
+from tests.gpu_models import transformer  # noqa: E402
+from training.gpulearned import fit as FT  # noqa: E402
+from training.gpulearned import labels as LB  # noqa: E402
+from training.gpulearned.export import export  # noqa: E402
+from training.gpulearned.tables import Label, extrapolate, label_data  # noqa: E402
+
+SPEC = shipped_sheet("rtx-4090").to_gpu_spec()
+
+
+def _label(path, batch=4, mode="inference", ms=1.0):
+    return Label(str(path), batch, "rtx-4090", "amp-fp16", "nchw", mode, "sgd" if mode == "train" else None,
+                 True, ms, "test/tfm", "transformer", "test")
+
+
+@pytest.fixture(scope="module")
+def layer_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tfm")
+    out = {}
+    for k in (1, 2, 3):
+        out[k] = folder / f"tfm{k}.onnx"
+        onnx.save(transformer(seq=32, dim=64, heads=2, layers=k), out[k])
+    return out
+
+
+def test_a_timm_record_becomes_a_label_only_with_its_rebuild(tmp_path):
+    rec = {"onnx": "torchscript/m@224.onnx", "env": {"gpu_name": "NVIDIA GeForce RTX 3090", "torch_version": "1.13"},
+           "setup": {"mode": "train", "precision": "amp-fp16", "layout": "nhwc"}, "batch": 256,
+           "metrics": {"step_ms": 12.5}, "group": "resnet", "arch_kind": "cnn"}
+    assert LB.timm_label(rec, tmp_path) is None
+    (tmp_path / "torchscript").mkdir()
+    (tmp_path / "torchscript" / "m@224.onnx").write_bytes(b"")
+    lab = LB.timm_label(rec, tmp_path)
+    assert (lab.gpu, lab.mode, lab.optimizer, lab.layout, lab.sdpa, lab.ms) == (
+        "rtx-3090", "train", "sgd-momentum", "nhwc", False, 12.5)
+    assert LB.sheet_of("AMD Instinct MI100") is None
+
+
+def test_the_repeated_layer_extrapolates_exactly(layer_files):
+    d1, d2, d3 = (label_data(_label(layer_files[k]), SPEC) for k in (1, 2, 3))
+    e = extrapolate(d1, d2, 3)
+    assert e.launches == pytest.approx(d3.launches) and e.host_ms == pytest.approx(d3.host_ms)
+    assert (e.roof * e.count).sum() == pytest.approx((d3.roof * d3.count).sum(), rel=1e-9)
+    assert e.count.sum() == pytest.approx(d3.count.sum())
+
+
+def test_repeated_kernels_are_kept_once_with_their_count(layer_files):
+    d = label_data(_label(layer_files[3]), SPEC)
+    table = step.kernels(extract(str(layer_files[3]), batch=4), step.StepConfig(get_precision("amp-fp16")))
+    assert d.count.sum() == len(table) and len(d.roof) < len(table)
+
+
+def test_the_fit_recovers_a_known_correction_of_the_roofline(layer_files):
+    """Targets made from the roofline and the host time by known factors (a
+    mechanism test: no measurement is made up), small batches host-bound and
+    large ones GPU-bound: the fitted layer reproduces them."""
+    data = [label_data(_label(layer_files[k], batch=b), SPEC) for k in (1, 2, 3) for b in (2, 64, 2048, 8192)]
+    y = np.array([step.total_ms(3.0 * (d.roof * d.count).sum() + 0.003 * d.launches, 0.5 * d.host_ms)
+                  for d in data])
+    model = FT.fit(data, y, ["g"] * len(data), FT.FitConfig(epochs=600, lr=2e-2, weight_decay=0.0))
+    pred = FT.predict(model, data)
+    assert np.max(np.abs(pred / y - 1)) < 0.05
+    assert float(torch.exp(model.log_host_scale)) == pytest.approx(0.5, rel=0.1)
+
+
+def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_files):
+    data = [label_data(_label(layer_files[k]), SPEC) for k in (1, 2)]
+    model = FT.fit(data, np.array([1.0, 2.0]), ["g", "g"], FT.FitConfig(epochs=5))
+    export(model, tmp_path, {"provenance": "test", "accuracy": None})
+    doc = json.loads((tmp_path / "learned.json").read_text())
+    assert doc["features"] == LF.names() and doc["format"] == L.FORMAT
+    layer = L.load_learned(str(tmp_path))
+    table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
+    ms = layer.kernel_ms(table, SPEC, "nchw", True)
+    x = torch.from_numpy(LF.features(table, SPEC, "nchw", True)).double()
+    t_c, t_m = LF.roofline_ms(table, SPEC)
+    with torch.no_grad():
+        want = np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).numpy()) + \
+            float(torch.exp(model.log_launch_ms)) * table["launches"]
+    assert ms == pytest.approx(want, rel=1e-4)

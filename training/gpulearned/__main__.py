@@ -1,0 +1,86 @@
+"""``python -m training.gpulearned``: build the learned layer's training set
+from the public whole-model records, cross-validate it leave-one-GPU-out
+and with architecture families held out (against the kernel prior), and
+export it.
+
+    python -m training.gpulearned cv --cache DIR [--data DIR] [--epochs N]
+    python -m training.gpulearned export --cache DIR [--data DIR] [--epochs N]
+
+``cv`` writes ``reports/gpu-learned/{README.md,cv.json}``; ``export`` fits
+on every label and writes ``exported_models/_gpu_learned`` with the held-out
+accuracy of the last ``cv`` (its intervals come from the leave-one-GPU-out
+errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from perfseer_rt.gpu.prior import load_prior
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.gpulearned import dataset, report
+from training.gpulearned import fit as FT
+from training.gpulearned.export import export
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "reports" / "gpu-learned"
+EXPORT = REPO / "exported_models" / "_gpu_learned"
+#: Folds of the family-held-out validation (families hashed into them).
+FAMILY_FOLDS = 5
+
+
+def family_fold(group: str) -> str:
+    return f"fold{int(hashlib.sha256(group.encode()).hexdigest(), 16) % FAMILY_FOLDS}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.gpulearned", description=__doc__.split("\n")[0])
+    ap.add_argument("step", choices=("cv", "export"))
+    ap.add_argument("--data", type=Path, default=dataset.LB.DATA, help="records (default data/public-gpu)")
+    ap.add_argument("--cache", type=Path, required=True, help="rebuilt ONNX models and the kernel-data cache")
+    ap.add_argument("--epochs", type=int, default=FT.FitConfig.epochs)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--export", type=Path, default=EXPORT)
+    args = ap.parse_args(argv)
+    prior = load_prior(str(REPO / "exported_models" / "_gpu_prior"))
+    labels, data, skipped = dataset.build(args.data, args.cache, prior)
+    if not labels:
+        print("no labels with rebuilt models: run `python -m training.publicgpu export` first", file=sys.stderr)
+        return 2
+    y = np.array([lab.ms for lab in labels])
+    groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
+    cfg = FT.FitConfig(epochs=args.epochs)
+    if args.step == "cv":
+        logo = FT.cross_validate(data, y, groups, [lab.gpu for lab in labels], cfg)
+        fam = FT.cross_validate(data, y, groups, [family_fold(lab.group) for lab in labels], cfg)
+        prior_ms = np.array([d.prior_ms for d in data])
+        doc = report.write(args.out, labels, y, prior_ms, logo, fam, skipped, cfg,
+                           command="python -m training.gpulearned cv --cache DIR "
+                                   f"--epochs {args.epochs}")
+        print(json.dumps(doc["overall"], indent=1))
+        return 0
+    model = FT.fit(data, y, groups, cfg, progress=True)
+    cv = json.loads((args.out / "cv.json").read_text()) if (args.out / "cv.json").is_file() else None
+    summary = {"provenance": "whole-model latencies measured by others: timm's RTX 3090/4090 benchmark "
+                             "CSVs (AMP fp16) and NeuSight's transformer runs (fp32, 8 NVIDIA GPUs); "
+                             "not measured by us",
+               "trained": {"labels": len(labels), "date": date.today().isoformat(), "epochs": args.epochs,
+                           "gpus": sorted({lab.gpu for lab in labels}),
+                           "families": len({lab.group for lab in labels})},
+               "accuracy": report.accuracy_block(cv) if cv else None}
+    export(model, args.export, summary)
+    atomic_write_bytes(args.out / "trained_on.json",
+                       (json.dumps(summary["trained"], indent=1) + "\n").encode())
+    print(f"wrote {args.export}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

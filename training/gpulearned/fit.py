@@ -1,0 +1,108 @@
+"""Fitting the learned layer (:mod:`training.gpulearned.model`) on labels'
+kernel data (:mod:`training.gpulearned.tables`), and cross-validation.
+
+Loss: the mean squared log error of the step time over labels, each label
+weighted so that every (source, GPU, mode) group counts the same in all
+(the large timm files would otherwise drown the few transformer runs).
+Adam, full batch over labels in chunks, a fixed number of epochs, weight
+decay; seeds fixed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from training.gpulearned.model import KernelMLP, LayerConfig, StepModel
+from training.gpulearned.tables import LabelData
+
+
+@dataclass
+class FitConfig:
+    epochs: int = 300
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    layer: LayerConfig = field(default_factory=LayerConfig)
+
+
+@dataclass
+class Packed:
+    x: torch.Tensor
+    roof: torch.Tensor
+    count: torch.Tensor
+    seg: torch.Tensor
+    launches: torch.Tensor
+    host: torch.Tensor
+
+
+def pack(data: Sequence[LabelData]) -> Packed:
+    """The labels' kernel data as one set of tensors (``seg``: label index
+    of each kernel row)."""
+    seg = np.concatenate([np.full(len(d.roof), i) for i, d in enumerate(data)])
+    return Packed(torch.from_numpy(np.concatenate([d.x for d in data])).float(),
+                  torch.from_numpy(np.concatenate([d.roof for d in data])).double(),
+                  torch.from_numpy(np.concatenate([d.count for d in data])).double(),
+                  torch.from_numpy(seg).long(),
+                  torch.tensor([d.launches for d in data], dtype=torch.float64),
+                  torch.tensor([d.host_ms for d in data], dtype=torch.float64))
+
+
+def group_weights(groups: Sequence[str]) -> np.ndarray:
+    """1 / (labels in the label's group), normalised to mean 1."""
+    n = Counter(groups)
+    w = np.array([1.0 / n[g] for g in groups])
+    return w / w.mean()
+
+
+def fit(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str], cfg: FitConfig,
+        progress: bool = False) -> StepModel:
+    """A :class:`StepModel` fitted on ``data`` with measured ``y_ms``."""
+    torch.manual_seed(cfg.seed)
+    p = pack(data)
+    mean, std = p.x.mean(0), p.x.std(0)
+    model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std)).double()
+    y = torch.log(torch.tensor(y_ms, dtype=torch.float64))
+    w = torch.tensor(group_weights(groups), dtype=torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    decay = [q for n, q in model.named_parameters() if "weight" in n]
+    x = p.x.double()
+    steps = tqdm(range(cfg.epochs), desc="fit", disable=not progress)
+    for _ in steps:
+        opt.zero_grad()
+        pred = model.step_ms(x, p.roof, p.count, p.seg, p.launches, p.host)
+        loss = (w * (torch.log(pred) - y) ** 2).mean() + cfg.weight_decay * sum((q ** 2).sum() for q in decay)
+        loss.backward()
+        opt.step()
+        if progress:
+            steps.set_postfix(loss=float(loss))
+    return model
+
+
+def predict(model: StepModel, data: Sequence[LabelData]) -> np.ndarray:
+    """Step ms of each label's kernel data."""
+    p = pack(data)
+    with torch.no_grad():
+        return model.step_ms(p.x.double(), p.roof, p.count, p.seg, p.launches, p.host).numpy()
+
+
+def cross_validate(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str],
+                   folds: Sequence[str], cfg: FitConfig, progress: bool = True) -> np.ndarray:
+    """Out-of-fold predictions: for each distinct value of ``folds``, fit on
+    the labels of the other values and predict that value's labels."""
+    out = np.full(len(data), np.nan)
+    keys = sorted(set(folds))
+    for key in tqdm(keys, desc="folds", disable=not progress):
+        test = np.array([f == key for f in folds])
+        train = ~test
+        if not train.any():
+            continue
+        tr = [d for d, t in zip(data, train) if t]
+        model = fit(tr, y_ms[train], [g for g, t in zip(groups, train) if t], cfg)
+        out[test] = predict(model, [d for d, t in zip(data, test) if t])
+    return out

@@ -1,0 +1,134 @@
+"""Whole-model labels for the learned layer, from the public records
+(``data/public-gpu``, :mod:`training.publicgpu`; measured by others) and the
+structure-only rebuilds of their models.
+
+* timm rows (RTX 3090 / 4090, PyTorch eager, AMP fp16, NCHW / NHWC): the
+  rebuild named by the record's ``onnx`` in the export cache; attention is
+  fused from PyTorch 2.0 on (timm's ``fused_attn``), materialised on 1.12 /
+  1.13; training steps end with SGD + momentum.
+* NeuSight rows (five transformers, eight NVIDIA GPUs, PyTorch 2.1 eager,
+  fp32 with TF32 off, Hugging Face's eager attention): exported here with 1
+  and 2 layers (:func:`training.gpuprior.neusight_e2e.export_model`); their
+  training steps have no optimizer update.
+
+A record whose rebuild is missing (not exported yet, or the export failed)
+is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+from perfseer_rt.gpu.spec_store import shipped_gpu_specs
+from training.gpulearned.tables import Label
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "data" / "public-gpu"
+
+
+@dataclass(frozen=True)
+class NeuSightModel:
+    """A NeuSight label's model: its name and layer count (the exports come
+    from :func:`layer_exports`)."""
+
+    name: str
+    layers: int
+
+
+def sheet_of(gpu_name: str) -> str | None:
+    """The shipped spec sheet whose product name is ``gpu_name`` (as
+    nvidia-smi prints it), else None (the AMD GPUs)."""
+    for key, (_, sheet) in shipped_gpu_specs().items():
+        if sheet.name == gpu_name:
+            return key
+    return None
+
+
+def records(root: Path = DATA) -> Iterator[dict]:
+    """Every ok record under ``root`` (``*/**/records/*.jsonl``)."""
+    for path in sorted(root.glob("**/records/*.jsonl")):
+        with open(path) as fh:
+            for line in fh:
+                r = json.loads(line)
+                if r.get("status") == "ok":
+                    yield r
+
+
+def _major(version: str | None) -> float:
+    try:
+        return float(".".join(str(version).split(".")[:2]))
+    except ValueError:
+        return 0.0
+
+
+def timm_label(r: dict, cache: Path) -> Label | None:
+    """The label of a timm record, None when its rebuild is not in ``cache``."""
+    onnx = r.get("onnx")
+    gpu = sheet_of(r["env"]["gpu_name"])
+    if not onnx or gpu is None or not (cache / onnx).is_file():
+        return None
+    setup = r["setup"]
+    mode = "train" if setup["mode"] == "train" else "inference"
+    ms = r["metrics"]["step_ms" if mode == "train" else "latency_ms"]
+    return Label(str(cache / onnx), int(r["batch"]), gpu, setup["precision"], setup["layout"], mode,
+                 "sgd-momentum" if mode == "train" else None, _major(r["env"]["torch_version"]) >= 2.0,
+                 float(ms), f"timm/{r['group']}", r.get("arch_kind") or "other", "timm")
+
+
+def neusight_label(r: dict) -> tuple[Label, NeuSightModel] | None:
+    """The label of a NeuSight record (its ``onnx`` is filled per layer count
+    by the caller), None for a GPU without a spec sheet (AMD)."""
+    gpu = sheet_of(r["env"]["gpu_name"])
+    if gpu is None:
+        return None
+    mode = "train" if r["setup"]["mode"] == "train" else "inference"
+    params = r["config"]["params"]
+    ms = r["metrics"]["step_ms" if mode == "train" else "latency_ms"]
+    model = NeuSightModel(params["model"], int(r["published"]["num_layer"]))
+    return (Label("", int(r["batch"]), gpu, "fp32-strict", "nchw", mode, None, False, float(ms),
+                  f"neusight/{params['model']}", "transformer", "neusight",
+                  dims=(("seq", int(params["seq"])),)), model)
+
+
+def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSightModel]], Counter]:
+    """(timm labels with rebuilds, NeuSight labels with their models, counts
+    of what was skipped and why)."""
+    timm, neusight, skipped = [], [], Counter()
+    for r in records(root):
+        if r["family"] == "timm":
+            lab = timm_label(r, cache)
+            if lab is None:
+                skipped["timm: no rebuild yet"] += 1
+            else:
+                timm.append(lab)
+        elif r["family"] == "neusight":
+            got = neusight_label(r)
+            if got is None:
+                skipped["neusight: no spec sheet (AMD)"] += 1
+            else:
+                neusight.append(got)
+    return timm, neusight, skipped
+
+
+def layer_exports(model: NeuSightModel, mode: str, cache: Path) -> dict[int, str]:
+    """Structure-only exports of ``model`` with 1 and 2 layers, for ``mode``
+    (BERT has another head in training), made once into ``cache``."""
+    from training.gpuprior.neusight_e2e import export_model  # torch + transformers: this step only
+
+    out = {}
+    folder = cache / "neusight"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in (1, 2):
+        path = folder / f"{model.name}-{mode}-{k}.onnx"
+        if not path.is_file():
+            export_model(model.name, k, path, mode=mode)
+        out[k] = str(path)
+    return out
+
+
+def with_onnx(label: Label, onnx: str) -> Label:
+    return replace(label, onnx=onnx)

@@ -1,0 +1,122 @@
+"""``reports/gpu-learned/``: held-out accuracy of the learned layer against
+the kernel prior, per source, GPU, precision, mode, layout and kind of
+architecture (``cv.json`` with every label's predictions, ``README.md``)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.gpulearned.tables import Label
+
+#: Share of held-out labels an interval is meant to hold.
+COVERAGE = 0.8
+FAMILY = "the families hashed into five folds"
+
+
+def stats(pred: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """MAPE, median signed error, share within 10 / 20 % (all in %) and count."""
+    ok = np.isfinite(pred)
+    e = pred[ok] / y[ok] - 1.0
+    if not len(e):
+        return {"n": 0}
+    return {"n": int(len(e)), "mape": round(100 * float(np.mean(np.abs(e))), 1),
+            "median": round(100 * float(np.median(e)), 1),
+            "within_10": round(100 * float(np.mean(np.abs(e) <= 0.10)), 1),
+            "within_20": round(100 * float(np.mean(np.abs(e) <= 0.20)), 1)}
+
+
+def breakdown(labels: Sequence[Label], y: np.ndarray, preds: dict[str, np.ndarray],
+              key: Any) -> dict[str, dict[str, Any]]:
+    idx: dict[str, list[int]] = defaultdict(list)
+    for i, lab in enumerate(labels):
+        idx[key(lab)].append(i)
+    return {k: {name: stats(p[v], y[v]) for name, p in preds.items()} for k, v in sorted(idx.items())}
+
+
+def accuracy_block(cv: dict[str, Any]) -> dict[str, Any]:
+    """What the exported layer says of its held-out accuracy (the runtime's
+    ``accuracy``): overall leave-one-GPU-out and family-held-out MAPE, and
+    the interval from the leave-one-GPU-out log errors."""
+    o = cv["overall"]
+    return {"leave_one_gpu_out": o["learned_logo"], "family_held_out": o["learned_family"],
+            "prior": o["prior"], "log_q": cv["interval"]["log_q"], "coverage": COVERAGE,
+            "meaning": "held-out whole-model error on public measurements by others "
+                       "(reports/gpu-learned/README.md); interval: the 10th-90th percentile of "
+                       "measured/predicted with the GPU held out"}
+
+
+def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, logo: np.ndarray,
+          fam: np.ndarray, skipped: dict[str, int], cfg: Any, command: str) -> dict[str, Any]:
+    preds = {"prior": prior, "learned_logo": logo, "learned_family": fam}
+    ok = np.isfinite(logo)
+    logq = np.quantile(np.log(y[ok] / logo[ok]), [(1 - COVERAGE) / 2, (1 + COVERAGE) / 2])
+    doc = {"command": command, "fit": asdict(cfg), "skipped": skipped,
+           "overall": {k: stats(p, y) for k, p in preds.items()},
+           "interval": {"coverage": COVERAGE, "log_q": [round(float(v), 4) for v in logq]},
+           "by_source_mode_precision": breakdown(labels, y, preds,
+                                                 lambda lab: f"{lab.source} {lab.mode} {lab.precision}"),
+           "by_gpu": breakdown(labels, y, preds, lambda lab: f"{lab.gpu} {lab.source} {lab.mode}"),
+           "by_kind": breakdown(labels, y, preds, lambda lab: f"{lab.kind} {lab.mode}"),
+           "by_layout": breakdown(labels, y, preds, lambda lab: f"{lab.source} {lab.layout} {lab.mode}"),
+           "rows": [{"model": Path(lab.onnx).stem, "gpu": lab.gpu, "batch": lab.batch, "mode": lab.mode,
+                     "precision": lab.precision, "layout": lab.layout, "group": lab.group, "kind": lab.kind,
+                     "source": lab.source, "measured_ms": lab.ms, "prior_ms": round(float(p), 4),
+                     "logo_ms": round(float(a), 4), "family_ms": round(float(b), 4)}
+                    for lab, p, a, b in zip(labels, prior, logo, fam)]}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "cv.json", (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write_bytes(out / "README.md", markdown(doc).encode())
+    return doc
+
+
+def _table(title: str, block: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [f"\n### {title}\n", "| group | labels | prior MAPE | learned, GPU held out | "
+             "learned, family held out | within 20 % (GPU held out) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for k, v in block.items():
+        p, a, b = v["prior"], v["learned_logo"], v["learned_family"]
+        lines.append(f"| {k} | {a.get('n', 0)} | {p.get('mape', '-')} | {a.get('mape', '-')} "
+                     f"({a.get('median', '-')}) | {b.get('mape', '-')} ({b.get('median', '-')}) | "
+                     f"{a.get('within_20', '-')} |")
+    return lines
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    o = doc["overall"]
+    lines = ["# GPU latency: the learned whole-model layer against the kernel prior, held out\n",
+             f"Regenerate: `{doc['command']}` (the cache holds the rebuilt models: "
+             "`python -m training.publicgpu export --cache DIR`).\n",
+             "**Data.** Whole-model latencies measured by others (`data/public-gpu`): timm's benchmark "
+             "CSVs (RTX 3090 / RTX 4090, PyTorch 1.12-2.4 eager, AMP fp16, NCHW and channels-last, "
+             "inference and SGD training steps) and NeuSight's five transformers (PyTorch 2.1 eager, fp32, "
+             "eight NVIDIA GPUs, inference and forward + backward). None of these numbers were measured by "
+             "us. Labels whose model is not rebuilt yet are left out: " +
+             (", ".join(f"{k}: {v}" for k, v in doc["skipped"].items()) or "none") + ".\n",
+             "**Predictions.** *prior*: every kernel priced by the NeuSight kernel prior (fp32 single "
+             "operators) on the GPU's spec sheet, tensor-core kernels scaled to their peak. *learned*: every "
+             "kernel's roofline on the spec sheet times the learned layer's correction, fitted on the other "
+             "labels: *GPU held out* fits without any label of that GPU (leave-one-GPU-out); *family held "
+             f"out* fits without the architecture family's labels ({FAMILY}). Both keep the same PyTorch-eager "
+             "kernel model (fused attention from PyTorch 2.0, autocast dtypes, BatchNorm restored) and host "
+             "time; cells give MAPE % (median signed error %).\n",
+             "| | labels | MAPE % | median % | within 10 % | within 20 % |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, title in (("prior", "prior"), ("learned_logo", "learned, GPU held out"),
+                        ("learned_family", "learned, family held out")):
+        s = o[name]
+        lines.append(f"| {title} | {s['n']} | {s['mape']} | {s['median']} | {s['within_10']} | {s['within_20']} |")
+    lines.append(f"\nInterval shipped with the layer: {int(100 * COVERAGE)} % of held-out labels (GPU held out) "
+                 f"within x{np.exp(doc['interval']['log_q'][0]):.2f} .. x{np.exp(doc['interval']['log_q'][1]):.2f} "
+                 "of the prediction.\n")
+    lines += _table("By source, mode and precision", doc["by_source_mode_precision"])
+    lines += _table("By GPU", doc["by_gpu"])
+    lines += _table("By kind of architecture", doc["by_kind"])
+    lines += _table("By layout", doc["by_layout"])
+    return "\n".join(lines) + "\n"
+

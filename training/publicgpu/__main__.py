@@ -1,0 +1,3 @@
+from training.publicgpu.cli import main
+
+raise SystemExit(main())
