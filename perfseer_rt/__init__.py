@@ -8,9 +8,10 @@ the largest batch that fits?". The profiler lives in
 a prediction runs).
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
 
-from perfseer_rt import predict
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.graph import PerfGraph, extract
 
@@ -20,3 +21,11 @@ except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0"
 
 __all__ = ["PerfGraph", "PerfSeerError", "extract", "predict", "__version__"]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``perfseer_rt.predict``, imported on first use: extracting (and the
+    CLI's ``extract``) loads no predictor code (PEP 562)."""
+    if name == "predict":
+        return importlib.import_module("perfseer_rt.predict")
+    raise AttributeError(f"module 'perfseer_rt' has no attribute {name!r}")

@@ -63,7 +63,7 @@ def make_case(rng: random.Random):
 
     def const(name, values, dtype=np.int64):
         arr = np.array(values, dtype=dtype)
-        ins.append((name, P._ELEM[arr.dtype], list(arr.shape), arr))
+        ins.append((name, P.ELEM_TYPES[arr.dtype], list(arr.shape), arr))
 
     if op in BINARY:
         if op == "Where":
@@ -327,9 +327,9 @@ def make_value_case(rng: random.Random):
     filled = []
     for name, elem, shape, v in ins:
         if v is None:
-            if elem not in P._NP or int(np.prod(shape)) > 4096:
+            if elem not in P.NP_DTYPES or int(np.prod(shape)) > 4096:
                 return None
-            dt = P._NP[elem]
+            dt = P.NP_DTYPES[elem]
             if dt == np.bool_:
                 v = rng.random() < 0.5 if not shape else np.array(
                     [rng.random() < 0.5 for _ in range(int(np.prod(shape)))]).reshape(shape)

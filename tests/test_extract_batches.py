@@ -12,9 +12,9 @@ from onnx.reference import ReferenceEvaluator
 
 from perfseer_rt import extract
 from perfseer_rt.errors import ShapeError
-from perfseer_rt.graph import extract_batches
+from perfseer_rt.graph import extract_batches, features, prepared
 from perfseer_rt.graph import shapes as shapes_mod
-from perfseer_rt.graph.shapes import _fast_value
+from perfseer_rt.graph.const_eval import fast_value
 from tests.test_extract import conv_chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,14 +46,13 @@ def test_batches_equal_one_by_one(source, kw):
 
 def test_structure_work_is_done_once(monkeypatch):
     folds, skeletons = [], []
-    ex = sys.modules["perfseer_rt.graph.extract"]  # the module (the package rebinds the name)
-    real_fold, real_skeleton = ex.fold_static, shapes_mod.skeleton
-    monkeypatch.setattr(ex, "fold_static", lambda *a: folds.append(1) or real_fold(*a))
-    monkeypatch.setattr(ex, "skeleton", lambda *a: skeletons.append(1) or real_skeleton(*a))
+    real_fold, real_skeleton = prepared.fold_static, shapes_mod.skeleton
+    monkeypatch.setattr(prepared, "fold_static", lambda *a: folds.append(1) or real_fold(*a))
+    monkeypatch.setattr(prepared, "skeleton", lambda *a: skeletons.append(1) or real_skeleton(*a))
     extract_batches(conv_chain(), [1, 2, 3])
     assert (len(folds), len(skeletons)) == (1, 0)  # shapes from the Python pass
     # where the pass gives up, onnx's skeleton is built once and re-shaped
-    monkeypatch.setattr(ex._Structure, "propagate", lambda self, inputs, deadline: None)
+    monkeypatch.setattr(prepared.PreparedModel, "propagate", lambda self, inputs, deadline: None)
     extract_batches(conv_chain(), [1, 2, 3])
     assert (len(folds), len(skeletons)) == (2, 1)
 
@@ -94,7 +93,7 @@ def _reference(node, inputs: dict):
      {"a": np.array([1], np.int64), "b": np.array([-1, 64], np.int64)}),
 ])
 def test_fast_constant_values_match_the_reference_evaluator(node, inputs):
-    fast = _fast_value(node, dict(inputs))
+    fast = fast_value(node, dict(inputs))
     assert fast is not None
     (want,) = _reference(node, inputs)
     assert fast[0].dtype == want.dtype and fast[0].shape == want.shape
@@ -110,7 +109,7 @@ def test_fast_constant_values_match_the_reference_evaluator(node, inputs):
         "v", TensorProto.INT64, [1 << 17], np.zeros(1 << 17, np.int64))), {}),
 ])
 def test_fast_path_declines_what_it_does_not_cover(node, inputs):
-    assert _fast_value(node, dict(inputs)) is None
+    assert fast_value(node, dict(inputs)) is None
 
 
 @pytest.mark.parametrize("name, kw", [
@@ -149,7 +148,7 @@ def test_signature_caches_change_no_result():
     for source, kw in sources:
         ex.clear_caches()
         cold.append(extract(source, **kw))
-    assert ex._FEATURES  # filled by the last call
+    assert features._FEATURES  # filled by the last call
     warm = [extract(source, **kw) for source, kw in sources]
     for a, b in zip(cold, warm):
         same_graph(a, b)
@@ -157,9 +156,9 @@ def test_signature_caches_change_no_result():
 
 def test_signature_cache_is_bounded(monkeypatch):
     ex = sys.modules["perfseer_rt.graph.extract"]
-    monkeypatch.setattr(ex, "SIGNATURE_CACHE_SIZE", 4)
+    monkeypatch.setattr(features, "SIGNATURE_CACHE_SIZE", 4)
     ex.clear_caches()
     g = extract(ROOT / "examples" / "resnet18.onnx")
-    assert 0 < len(ex._FEATURES) <= 4
+    assert 0 < len(features._FEATURES) <= 4
     ex.clear_caches()
     same_graph(g, extract(ROOT / "examples" / "resnet18.onnx"))

@@ -7,7 +7,6 @@ pass against extractions with onnx's inference only (real models, built
 graphs, fuzzed ones).
 """
 
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +18,15 @@ from benchmarks.extract_golden import diff, run_graph
 from benchmarks.fuzz_extract import built_seeds, file_seeds, make_case
 from perfseer_rt import extract
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.graph import propagate
+from perfseer_rt.graph import propagate, shape_rules
+from perfseer_rt.graph.inputs import resolve_inputs
+from perfseer_rt.graph.limits import Deadline
+from perfseer_rt.graph.prepared import PreparedModel
+from perfseer_rt.graph.reshape_rules import MOVEMENT_RULES
+from perfseer_rt.graph.shape_rules import COMPUTE_RULES
 from tests import propagate_cases
 from tests.onnx_builders import model
 
-extract_mod = importlib.import_module("perfseer_rt.graph.extract")
 ROOT = Path(__file__).resolve().parents[1]
 #: Real models the pass is meant to give up on (onnx's path extracts them,
 #: tests/test_data_dependent.py, tests/test_moe_routing.py): sizes that depend
@@ -54,7 +57,7 @@ def _both(data, kw, monkeypatch):
             return {"error": type(exc).__name__, "message": str(exc)}
     fast = run()
     with monkeypatch.context() as m:
-        m.setattr(extract_mod._Structure, "propagate", lambda self, inputs, deadline: None)
+        m.setattr(PreparedModel, "propagate", lambda self, inputs, deadline: None)
         slow = run()
     return fast, slow
 
@@ -65,9 +68,9 @@ def test_real_models_take_the_pass_and_match_onnx(path, monkeypatch):
     dims = {"seq": 16, "past_seq": 4, "total_seq": 20,  # GenAI's names next (kv_cache_dim given:
             "sequence_length": 16, "past_sequence_length": 4,  # onnx's path cannot imply it)
             "total_sequence_length": 20, "kv_cache_dim": 64}
-    st = extract_mod._Structure(onnx.ModelProto.FromString(data), path.name, 10**6)
-    inputs = extract_mod.resolve_inputs(st.proto, 2, None, dims, st.weights)
-    assert st.propagate(inputs, extract_mod.Deadline(None, "x")) is not None
+    st = PreparedModel(onnx.ModelProto.FromString(data), path.name, 10**6)
+    inputs = resolve_inputs(st.proto, 2, None, dims, st.weights)
+    assert st.propagate(inputs, Deadline(None, "x")) is not None
     for kw in ({"batch": 2, "dims": dims}, {"batch": 1, "dims": dims}):
         fast, slow = _both(data, kw, monkeypatch)
         assert "error" not in fast
@@ -86,7 +89,7 @@ def test_built_and_fuzzed_graphs_match_onnx(monkeypatch):
 def test_gives_up_on_custom_ops_and_control_flow():
     custom = model([helper.make_node("MyOp", ["x"], ["y"], domain="com.example")],
                    [("x", [1, 4])], [("y", None)], domains=("com.example",))
-    st = extract_mod._Structure(custom, "m", 100)
+    st = PreparedModel(custom, "m", 100)
     assert st.propagate({"x": (1, 4)}, None) is None
     assert extract(custom).num_nodes == 1  # onnx's path still extracts it
 
@@ -104,9 +107,15 @@ def test_a_value_that_disagrees_with_its_inferred_type_gives_up():
 
 def test_broadcast_matches_numpy():
     for a, b in (((2, 1, 3), (4, 1)), ((), (5,)), ((0, 1), (1, 7))):
-        assert propagate._broadcast((a, b)) == np.broadcast_shapes(a, b)
+        assert shape_rules.broadcast((a, b)) == np.broadcast_shapes(a, b)
     with pytest.raises(propagate.GiveUp):
-        propagate._broadcast(((2, 3), (4, 3)))
+        shape_rules.broadcast(((2, 3), (4, 3)))
+
+
+def test_rule_tables_name_each_op_once():
+    """The pass's table joins the two rule modules' tables; none overrides the other."""
+    assert not COMPUTE_RULES.keys() & MOVEMENT_RULES.keys()
+    assert propagate.RULES == {**COMPUTE_RULES, **MOVEMENT_RULES}
 
 
 @pytest.mark.parametrize("op", ["Relu", "Softmax", "Conv", "Reshape", "Concat"])

@@ -10,24 +10,72 @@ succeeded.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from perfseer_rt.cli.calibrate import calibrate
 from perfseer_rt.cli.common import emit_json, parse_dims, parse_input_shapes
-from perfseer_rt.cli.devices import SUBCOMMANDS as DEVICE_SUBCOMMANDS
-from perfseer_rt.cli.graph import extract, inspect
-from perfseer_rt.cli.predict import check, devices, fit, predict
-from perfseer_rt.cli.profile import profile
-from perfseer_rt.cli.serve import serve
 from perfseer_rt.errors import PerfSeerError
 
-__all__ = ["main", "emit_json", "parse_dims", "parse_input_shapes"]
+__all__ = ["COMMANDS", "main", "emit_json", "parse_dims", "parse_input_shapes"]
+
+#: Each subcommand: the module that defines it, its attribute there, and the
+#: line ``perfseer-rt --help`` shows for it (the first sentence of its help;
+#: tests/test_cli_imports.py keeps the two equal). A subcommand's module is
+#: imported only when that subcommand runs: ``perfseer-rt extract`` and
+#: ``--help`` load no predictor, GPU, profiler or service code.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "calibrate": ("perfseer_rt.cli.calibrate", "calibrate",
+                  "Profile bundled reference models here; write a calibrated device entry."),
+    "check": ("perfseer_rt.cli.predict", "check",
+              "Does MODEL meet the budget on a device? Exit 0 yes, 1 no, 2 bad input."),
+    "devices": ("perfseer_rt.cli.predict", "devices",
+                "List the predictors (shipped and calibrated) with their test accuracy; the "
+                "subcommands add and remove your own GPUs (from their spec sheets)."),
+    "extract": ("perfseer_rt.cli.graph", "extract", "Extract the PerfGraph of MODEL."),
+    "fit": ("perfseer_rt.cli.predict", "fit",
+            "The largest batch (or --dim value) of MODEL within budget on a device."),
+    "inspect": ("perfseer_rt.cli.graph", "inspect", "Print a short human summary of MODEL."),
+    "predict": ("perfseer_rt.cli.predict", "predict",
+                "Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."),
+    "profile": ("perfseer_rt.cli.profile", "profile",
+                "Measure latency, peak memory (and on CUDA utilization and energy) of MODEL."),
+    "serve": ("perfseer_rt.cli.serve", "serve",
+              "Serve predictions over HTTP/JSON (OpenAPI page at /docs)."),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """Subcommand ``name`` of :data:`COMMANDS`, its module imported now
+    (``devices`` with its own subcommands: add-gpu, remove, gpu-specs)."""
+    module, attr, _ = COMMANDS[name]
+    cmd: click.Command = getattr(importlib.import_module(module), attr)
+    if name == "devices" and isinstance(cmd, click.Group) and not cmd.commands:
+        subcommands = importlib.import_module("perfseer_rt.cli.devices").SUBCOMMANDS
+        for sub in subcommands:
+            cmd.add_command(sub)
+    return cmd
 
 
 class _Group(click.Group):
-    """A click group that turns PerfSeerError into one line and exit 2."""
+    """The ``perfseer-rt`` group: subcommands loaded when they run
+    (:data:`COMMANDS`), and PerfSeerError turned into one line and exit 2."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' one-line helps from :data:`COMMANDS`, laid out as
+        click lays out those of loaded commands."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, click.Command(n, help=COMMANDS[n][2]).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -41,9 +89,3 @@ class _Group(click.Group):
 @click.version_option(package_name="perfseer-rt")
 def main() -> None:
     """Predict how an ONNX model will perform before it runs."""
-
-
-for _cmd in (extract, inspect, predict, devices, check, fit, profile, serve, calibrate):
-    main.add_command(_cmd)
-for _cmd in DEVICE_SUBCOMMANDS:  # devices add-gpu / remove / gpu-specs
-    devices.add_command(_cmd)

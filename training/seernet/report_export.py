@@ -18,6 +18,7 @@ from training.seernet import data, ensemble
 from training.seernet.export import export_seernet, run_onnx
 from training.seernet.manifest import model_entry, write_manifest
 from training.seernet.seernet import StackedPredictor
+from training.seernet.shared_weights import share_weights
 
 #: SeerNet blended with the GBM (:mod:`training.seernet.ensemble`): not a
 #: trained model of its own, built in every split that trains both.
@@ -126,7 +127,8 @@ def export(export_dir: Path, shipped: dict, metrics: list[str], report: dict, de
 
 
 def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: dict) -> dict:
-    """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`), checked: on the
+    """``seernet_gbm.onnx`` (:func:`ensemble.export_blend`; its SeerNet weights
+    stored as references into ``seernet.onnx``, :mod:`training.seernet.shared_weights`), checked: on the
     shipped split's test graphs it must give the predictions scored in the
     report (relative 1e-3)."""
     norm, trained = shipped["norm"], shipped["trained"]
@@ -135,6 +137,7 @@ def export_blend(export_dir: Path, shipped: dict, metrics: list[str], seernet: d
     weights = [by_metric[m] for m in train_metrics]
     path = ensemble.export_blend(export_dir / seernet["file"], trained["gbm"]["gbm"], norm, train_metrics,
                                  weights, export_dir / f"{BLEND}.onnx")
+    share_weights(path, export_dir / seernet["file"])  # its SeerNet read from seernet.onnx: shipped once
     on_test = bool(shipped["parts"]["test"])
     samples = shipped["parts"]["test" if on_test else "val"]
     if samples:
