@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfseer_rt.cli import main
-from perfseer_rt.cli.common import spec_options, spec_values
+from perfseer_rt.cli.spec import spec_options, spec_values
 from perfseer_rt.errors import OptionError
 from perfseer_rt.predict import options
 from perfseer_rt.predict.many import predict_many

@@ -35,8 +35,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "subcommands add and remove your own GPUs (from their spec sheets)."),
     "extract": ("perfseer_rt.cli.graph", "extract", "Extract the PerfGraph of MODEL."),
     "fit": ("perfseer_rt.cli.predict", "fit",
-            "The largest batch (or --dim value) of MODEL within budget on a device."),
-    "inspect": ("perfseer_rt.cli.graph", "inspect", "Print a short human summary of MODEL."),
+            "The largest batch (or --dim value) of MODEL within budget on a device "
+            "(--max-memory-mb, or the usable memory of --mig-profile on a MIG GPU)."),
+    "inspect": ("perfseer_rt.cli.graph", "inspect",
+                "Print a short human summary of MODEL (--json: a per-layer table)."),
     "predict": ("perfseer_rt.cli.predict", "predict",
                 "Predict the metrics of ONNX MODELS (files or folders of .onnx) on a device."),
     "profile": ("perfseer_rt.cli.profile", "profile",

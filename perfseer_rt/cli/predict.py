@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from perfseer_rt.cli.common import emit_json, spec_options, spec_values
+from perfseer_rt.cli.common import emit_json
+from perfseer_rt.cli.spec import spec_options, spec_values
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.predict.budget import check as do_check
 from perfseer_rt.predict.budget import fit as do_fit
