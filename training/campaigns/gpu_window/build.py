@@ -145,7 +145,7 @@ def build_module(arch: Arch, device: torch.device) -> tuple[torch.nn.Module, dic
         module = build_model(ModelConfig(arch.family, arch.params)).to(device)
         info.update(how="training.zoo.build_model(ModelConfig(family, params))",
                     attention="materialised" if arch.text or arch.kind == "vit" else "n/a")
-    module.eval()
+    module = module.to(device).eval()  # anything a constructor made on the host (torch.from_numpy) too
     info["params_count"] = sum(p.numel() for p in module.parameters())
     info["build_s"] = time.perf_counter() - t0
     return module, info
