@@ -306,3 +306,20 @@ def test_dry_run_of_timm_and_hf_models(tmp_path):
     assert timm["onnx"] == "torchscript/test_vit@160.onnx" and timm["setup"]["attention"] == "timm-default"
     hf = next(r for r in recs if r["family"] == "hf")
     assert hf["setup"]["attention"] == "sdpa" and hf["onnx"] is None
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_dry_plan_on_a_gpu(tmp_path):
+    """On a GPU machine: the CUDA paths (events, NVML memory, the energy window)."""
+    out = tmp_path / "OUT"
+    assert main(["run", "--out", str(out), "--device", "cuda", "--plan", "dry", "--families", FAMILIES,
+                 "--budget-s", "120", "--quiet"]) == 0
+    recs = read_records(out)[0]
+    assert {r["key"] for r in recs} == {c.key for c in ZOO_PLAN}
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert len(ok) == len(recs) and all(r["quality"]["timing"] == "cuda_events" for r in ok)
+    assert all(r["metrics"]["torch_max_allocated_mb"] > 0 and r["metrics"]["peak_mem_process_mb"] > 0
+               for r in ok)
+    assert all(r["env"]["gpu_name"] and r["device"] != "cpu" for r in recs)
+    energy = [r for r in ok if r["setup"]["energy_window"]]
+    assert energy and all(r["metrics"].get("sm_util_pct") is not None for r in energy)
