@@ -229,7 +229,8 @@ class Measurer:
 
     def measure(self, cfg: Config, module: torch.nn.Module, snapshot: Callable[[], None]) -> dict[str, Any]:
         """Measure ``cfg`` on ``module``; returns the result fields of its record
-        (``status``, ``error``, ``metrics``, ``quality``, ``setup_extra``).
+        (``status``, ``error``, ``metrics``, ``quality``, ``gpu_state``, ``notes``,
+        ``precision_flags``; ``fatal`` for a failure that broke the CUDA context).
 
         ``snapshot()`` restores the module's weights (called after a training
         configuration, also a failed one).
@@ -242,6 +243,7 @@ class Measurer:
             torch.cuda.synchronize(dev)
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(dev)
+        before_mb, _ = self._proc_mem_mb()
         inputs: Any = None
         opt: Any = None
         window: nvml.Window | None = None
@@ -302,6 +304,7 @@ class Measurer:
                        "window_s": window_s, "cv": st["cv"], "robust_cv": st["robust_cv"],
                        "timing": "cuda_events" if cuda else "perf_counter",
                        "energy_window": s.energy, "peak_mem_method": method,
+                       "process_mem_before_mb": before_mb,
                        "cost_s": time.perf_counter() - t0, "injected": fail is not None}
             return {"status": "ok", "error": None, "metrics": metrics, "quality": quality,
                     "gpu_state": state, "notes": notes, "precision_flags": flags}

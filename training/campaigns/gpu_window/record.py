@@ -16,7 +16,8 @@ Fields (those of a campaign record, then the extension)::
                    energy configurations also sm_util_pct, proc_sm_util_pct,
                    gpm_sm_active_pct, gpm_sm_occupancy_pct, energy_mj (per step), power_w
     quality        statistic "median", runs, warmup_runs, window_s, cv, robust_cv, timing,
-                   energy_window, peak_mem_method, cost_s (the configuration's wall time);
+                   energy_window, peak_mem_method, process_mem_before_mb (NVML, the model's
+                   weights on the device, the cache emptied), cost_s (the configuration's wall time);
                    oom_masked_by (a larger batch not run after an OOM), injected (dry runs)
     input_shapes   {"input": [B, 3, H, W]} | {"input_ids": [B, seq]}
     split_arch, split_family, split_real, graph_key None, reference False,
@@ -156,6 +157,10 @@ def environment(device_index: int = 0) -> dict[str, Any]:
     return env
 
 
+def record_id(run: dict[str, Any], key: str) -> str:
+    return hashlib.sha256(f"{run.get('run_id')}|{key}".encode()).hexdigest()[:16]
+
+
 def base_record(cfg: Config, env: dict[str, Any], device: str, run: dict[str, Any],
                 build_info: dict[str, Any]) -> dict[str, Any]:
     """The fields that do not depend on the outcome."""
@@ -187,7 +192,7 @@ def base_record(cfg: Config, env: dict[str, Any], device: str, run: dict[str, An
         "rebuild": {k: build_info.get(k) for k in ("how", "img_size_arg", "default_res", "attention")
                     if k in build_info},
         "onnx": onnx, "key": cfg.key,
-        "record_id": hashlib.sha256(f"{run.get('run_id')}|{cfg.key}".encode()).hexdigest()[:16],
+        "record_id": record_id(run, cfg.key),
     }
 
 

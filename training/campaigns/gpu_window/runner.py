@@ -36,7 +36,7 @@ from tqdm import tqdm
 from perfseer_rt.profile import nvml
 from training.campaigns.gpu_window import build as B
 from training.campaigns.gpu_window import record as R
-from training.campaigns.gpu_window.measure import Measurer, Timing, collect
+from training.campaigns.gpu_window.measure import Measurer, Timing, collect, is_fatal, is_oom
 from training.campaigns.gpu_window.plan import Config
 from training.campaigns.gpu_window.shards import (
     ShardsFull,
@@ -222,9 +222,9 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
                     "energy_tick_ms": tick, "planned": len(plan), "already_done": len(done)}))
     measurer = Measurer(device, gpu, ctx_mb, opts.timing, opts.inject)
     modules = Modules(device)
+    ctx = _Context(env, device_key, run_info, measurer, modules, _open_append(out / ARCHS_FILE))
     progress = Progress()
     state, code = "done", 0
-    archs_fd = _open_append(out / ARCHS_FILE)
     todo = [c for c in plan if c.key not in done_keys]
     bar = tqdm(total=len(todo), desc="gpu window", mininterval=10, disable=not opts.progress)
     writer = ShardWriter(out, opts.max_shard_bytes, opts.max_shards)
@@ -238,46 +238,19 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
             if opts.limit is not None and new >= opts.limit:
                 state = "limit"
                 break
-            ladder = cfg.ladder
-            if ladder in oom_at and cfg.setting.batch > oom_at[ladder]:
-                info = modules.info if cfg.arch.build_key == modules.key else {}
-                rec = R.base_record(cfg, env, device_key, run_info, info)
-                R.finish(rec, {"status": "oom", "error": f"not run: batch {oom_at[ladder]} of this "
-                               "setting ran out of memory", "quality": {"oom_masked_by": oom_at[ladder],
-                                                                          "cost_s": 0.0}})
-            else:
-                try:
-                    module, info, built = modules.get(cfg)
-                except Exception as exc:  # the architecture does not build: every config says so
-                    module, info, built = None, {"build_error": f"{type(exc).__name__}: {exc}"[:2000]}, True
-                    modules.release()
-                if built:
-                    append_line(archs_fd, (json.dumps({"spec": cfg.arch.spec, "family": cfg.arch.family,
-                                                        "params": cfg.arch.params, "group": cfg.arch.group,
-                                                        "arch_kind": cfg.arch.kind, **info},
-                                                       default=str) + "\n").encode())
-                rec = R.base_record(cfg, env, device_key, run_info, info)
-                if module is None:
-                    R.finish(rec, {"status": "error", "error": "build failed: " + info["build_error"],
-                                   "quality": {"cost_s": 0.0}})
-                else:
-                    modules.prepare(cfg)
-                    result = measurer.measure(cfg, module, modules.restore)
-                    R.finish(rec, result)
-                    if result.get("fatal"):
-                        writer.write(rec)
-                        progress.add(rec)
-                        state, code = "fatal", EXIT_FATAL
-                        log(f"fatal CUDA error at {cfg.key}: {rec['error'][:300]}; the process ends "
-                            "(gpu_window.sh restarts it)")
-                        break
-                if rec["status"] == "oom":
-                    oom_at[ladder] = min(oom_at.get(ladder, cfg.setting.batch), cfg.setting.batch)
-                    collect()
+            try:
+                rec, fatal = _one(cfg, ctx, oom_at)
+            except Exception as exc:  # noqa: BLE001 - unexpected (a bug, a library): a record, not a crash
+                rec, fatal = _bare_failure(cfg, ctx, exc), is_fatal(exc)
             writer.write(rec)
             progress.add(rec)
             new += 1
             bar.update(1)
+            if fatal:
+                state, code = "fatal", EXIT_FATAL
+                log(f"fatal CUDA error at {cfg.key}: {str(rec['error'])[:300]}; the process ends "
+                    "(gpu_window.sh restarts it)")
+                break
             if new % 25 == 0:
                 _write_window(out, earlier, doc, progress, "running")
             if not opts.progress and time.time() - last_line >= PROGRESS_S:
@@ -291,13 +264,77 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
     finally:
         bar.close()
         writer.close()
-        os.close(archs_fd)
+        os.close(ctx.archs_fd)
         if code != EXIT_FATAL:
             modules.release()
     _write_window(out, earlier, doc, progress, state)
     log(json.dumps({"gpu_window": "end", "state": state, "new_records": new, **progress.counts,
                     "energy_ok": progress.energy_ok, "left_in_plan": len(todo) - new}))
     return code
+
+
+@dataclass
+class _Context:
+    env: dict[str, Any]
+    device_key: str
+    run_info: dict[str, Any]
+    measurer: Measurer
+    modules: Modules
+    archs_fd: int
+    build_failed: dict[str, str] = field(default_factory=dict)
+
+
+def _one(cfg: Config, ctx: _Context, oom_at: dict[str, int]) -> tuple[dict[str, Any], bool]:
+    """The record of one configuration, and whether the CUDA context broke."""
+    ladder, batch = cfg.ladder, cfg.setting.batch
+    modules = ctx.modules
+    info = modules.info if cfg.arch.build_key == modules.key else {}
+    rec = R.base_record(cfg, ctx.env, ctx.device_key, ctx.run_info, info)
+    if ladder in oom_at and batch > oom_at[ladder]:
+        return R.finish(rec, {"status": "oom", "error": f"not run: batch {oom_at[ladder]} of this setting "
+                              "ran out of memory", "quality": {"oom_masked_by": oom_at[ladder], "cost_s": 0.0}}), False
+    if cfg.arch.build_key in ctx.build_failed:
+        msg = ctx.build_failed[cfg.arch.build_key]
+        return R.finish(rec, {"status": "oom" if "OutOfMemoryError" in msg else "error",
+                              "error": "build failed: " + msg, "quality": {"cost_s": 0.0}}), False
+    t0 = time.perf_counter()
+    try:
+        module, info, built = modules.get(cfg)
+        if built:
+            line = {"spec": cfg.arch.spec, "family": cfg.arch.family, "params": cfg.arch.params,
+                    "group": cfg.arch.group, "arch_kind": cfg.arch.kind, **info}
+            append_line(ctx.archs_fd, (json.dumps(line, default=str) + "\n").encode())
+        rec = R.base_record(cfg, ctx.env, ctx.device_key, ctx.run_info, info)
+        modules.prepare(cfg)
+    except Exception as exc:  # the architecture does not build (or move): its configurations say so
+        msg = f"{type(exc).__name__}: {exc}"[:2000]
+        ctx.build_failed[cfg.arch.build_key] = msg
+        append_line(ctx.archs_fd, (json.dumps({"spec": cfg.arch.spec, "build_error": msg}) + "\n").encode())
+        modules.release()
+        fatal = is_fatal(exc)
+        return R.finish(rec, {"status": "oom" if is_oom(exc) else "error", "error": "build failed: " + msg,
+                              "quality": {"cost_s": time.perf_counter() - t0}}), fatal
+    result = ctx.measurer.measure(cfg, module, modules.restore)
+    R.finish(rec, result)
+    if rec["status"] == "oom":
+        oom_at[ladder] = min(oom_at.get(ladder, batch), batch)
+        collect()
+    return rec, bool(result.get("fatal"))
+
+
+def _bare_failure(cfg: Config, ctx: _Context, exc: BaseException) -> dict[str, Any]:
+    """An error record made without the architecture's details (they failed too)."""
+    s = cfg.setting
+    return {"kind": s.mode, "target": R.TARGET[s.mode], "family": cfg.arch.family, "group": cfg.arch.group,
+            "arch_kind": cfg.arch.kind, "spec": cfg.arch.spec,
+            "config": {"family": cfg.arch.family, "params": dict(cfg.arch.params)}, "batch": s.batch,
+            "device": ctx.device_key, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "metrics": {}, "quality": {"cost_s": None}, "env": ctx.env,
+            "setup": {"runtime": "PyTorch eager", "precision": s.precision, "layout": s.layout,
+                      "mode": s.mode, "optimizer": s.optimizer, "energy_window": s.energy},
+            "measured_at": R.utc_now(), "measured_by": "us",
+            "provenance": {"source": R.SOURCE, **ctx.run_info, "phase": cfg.phase}, "onnx": None,
+            "key": cfg.key, "record_id": R.record_id(ctx.run_info, cfg.key)}
 
 
 def _open_append(path: Path) -> int:
