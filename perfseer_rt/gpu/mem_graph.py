@@ -15,7 +15,9 @@
   BatchNormalization node is taken as Conv + BatchNorm: PyTorch ran the
   convolution (its output kept for BatchNorm's backward), then BatchNorm
   (a second tensor; per-channel stats; weight and bias as parameters,
-  running mean and variance as buffers).
+  running mean and variance as buffers); except where the Conv's output
+  goes straight to a Reshape, Flatten, Transpose or LayerNormalization (a
+  patch embedding, ConvNeXt), whose bias is taken as real.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ import numpy as np
 from perfseer_rt.gpu.autograd_rules import FUSED, NO_GRAD_OPS, Rule, rule
 from perfseer_rt.gpu.kernels import erf_gelu_groups
 from perfseer_rt.graph.perfgraph import PerfGraph
+
+#: A Conv whose output goes straight to one of these keeps a real bias (a ViT patch
+#: embedding, ConvNeXt's convolutions before their LayerNorm), not a folded BatchNorm.
+NOT_FOLDED_NEXT = frozenset({"Reshape", "Flatten", "Transpose", "LayerNormalization", "Squeeze"})
 
 #: Ops whose constant inputs are shapes, axes, indices or scales, not weights.
 SHAPE_OPERAND_OPS = frozenset({"Reshape", "Expand", "Tile", "Slice", "Pad", "Resize", "Upsample",
@@ -70,6 +76,55 @@ class MemGraph:
     notes: list[str] = field(default_factory=list)
     unknown_ops: list[str] = field(default_factory=list)
     folded_convs: int = 0
+    #: tensor -> unit after which the Python caller lets it go (module arguments)
+    hold: dict[str, int] = field(default_factory=dict)
+
+
+def _scope(name: str) -> str | None:
+    """The module scope of an exported node name (``/blocks/blocks.0/attn/qkv/MatMul``
+    -> ``/blocks/blocks.0/attn/qkv``); None for names without one."""
+    if not name.startswith("/"):
+        return None
+    return name.rsplit("/", 1)[0]
+
+
+def _prefixes(scope: str) -> list[str]:
+    parts = scope.split("/")[1:]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def module_argument_holds(graph: PerfGraph, producer: dict[str, int], consumers: dict[str, list[int]]
+                          ) -> dict[str, int]:
+    """Tensor -> the last node of the outermost module it is an argument of.
+
+    PyTorch frees a tensor when nothing references it; a module's caller
+    holds the arguments it passed until the call returns (``nn.Sequential``
+    holds each child's input, a ``forward`` its locals). The TorchScript
+    exporter names nodes by module scope (``/blocks/blocks.3/mlp/fc1/MatMul``):
+    a tensor made outside a scope and read inside it is that module's
+    argument and lives at least to the scope's last node."""
+    scopes = [_scope(n) for n in graph.node_names]
+    last: dict[str, int] = {}
+    for i, sc in enumerate(scopes):
+        if sc:
+            for p in _prefixes(sc):
+                last[p] = i
+    hold: dict[str, int] = {}
+    for t, cons in consumers.items():
+        p = producer.get(t)
+        sp = scopes[p] if p is not None else None
+        end = -1
+        for c in cons:
+            sc = scopes[c]
+            if not sc:
+                continue
+            for pre in _prefixes(sc):
+                if sp is not None and (sp == pre or sp.startswith(pre + "/")):
+                    continue
+                end = max(end, last[pre])
+        if end > max(cons):
+            hold[t] = end
+    return hold
 
 
 def _float_weights(graph: PerfGraph, i: int) -> float:
@@ -167,6 +222,18 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
         item = (input_itemsize or {}).get(name, 4.0)
         tensors[name] = Tensor(name, elems, item, float_=item in (2.0, 4.0))
         inputs.append(name)
+    # which nodes read a graph input (inputs are not edges): a node with fewer
+    # incoming tensors than data inputs reads the graph input of its first
+    # input's size (else the first graph input)
+    n_in, in_el = col("num_inputs"), col("in_elems")
+    for i in range(n):
+        if inputs and int(n_in[i]) > len(ins.get(i, [])):
+            pick = next((x for x in inputs if tensors[x].elems == in_el[i]), None)
+            if pick is None and not ins.get(i):
+                pick = inputs[0]
+            if pick is not None and pick not in ins.get(i, []):
+                ins.setdefault(i, []).insert(0, pick)
+                consumers.setdefault(pick, []).append(i)
 
     # fused patterns: node -> (pattern, anchor)
     member: dict[int, int] = {}
@@ -240,7 +307,8 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
                           if t == outs[sm][0]), None) if graph.edge_shapes else None
             last_dim = float(shape[-1]) if shape else 1.0
             u.attn_rows = float(out_elems[sm]) / max(last_dim, 1.0)
-        if ops[i] == "Conv" and folded_bn and not has_bn and col("has_bias")[i]:
+        if ops[i] == "Conv" and folded_bn and not has_bn and col("has_bias")[i] \
+                and not any(ops[c] in NOT_FOLDED_NEXT for t in outs[i] for c in consumers.get(t, [])):
             u.folded_bn = True
             folded += 1
         for j in nodes:
@@ -259,9 +327,11 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
             tt = tensors[t]
             tt.float_ = tt.itemsize in (2.0, 4.0) and u.op not in NO_GRAD_OPS
             tt.grad = needs and tt.float_
+    holds = module_argument_holds(graph, producer, consumers)
+    hold = {t: unit_of[j] for t, j in holds.items() if t in tensors and j in unit_of}
     notes = []
     if folded:
         notes.append(f"{folded} Conv node(s) with a bias in a graph without BatchNormalization taken as "
                      "Conv + BatchNorm folded by an eval-mode export (training keeps both tensors, "
                      "the BatchNorm statistics and parameters)")
-    return MemGraph(tensors, units, inputs, notes, unknown, folded)
+    return MemGraph(tensors, units, inputs, notes, unknown, folded, hold)

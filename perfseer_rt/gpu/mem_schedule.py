@@ -57,6 +57,7 @@ class Event:
     nbytes: int
     phase: str
     category: str
+    op: str = ""   #: the unit that allocated it (for reading a schedule)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class _Sim:
     size: dict[int, int] = field(default_factory=dict)
     cat: dict[int, str] = field(default_factory=dict)
     phase: str = "setup"
+    op: str = ""
     next_key: int = 0
 
     def alloc(self, nbytes: float, category: str, refs: int = 1) -> int:
@@ -86,7 +88,7 @@ class _Sim:
         n = max(int(round(nbytes)), 1)
         self.size[k], self.cat[k] = n, category
         self.refs[k] = refs
-        self.events.append(Event("+", k, n, self.phase, category))
+        self.events.append(Event("+", k, n, self.phase, category, self.op))
         if refs <= 0:
             self._free(k)
         return k
@@ -149,8 +151,13 @@ class Schedule:
                     for t, b in ins:
                         if mg.tensors[t].float_ and b == 2.0:
                             self.cast_in[(k, t)] = 4.0
-            else:
-                out = max(floats) if floats else (4.0 if u.weight_bytes else None)  # type: ignore[assignment]
+            else:   # the input's dtype; mixed inputs (a weight among them) promote to the wider
+                widths = floats + ([p.param_bytes] if u.weight_bytes else [])
+                out = max(widths) if widths else None  # type: ignore[assignment]
+                if self.o.policy == "cpu" and u.op == "Concat" and out == 4.0:
+                    for t, b in ins:   # CPU autocast's "promote" policy casts cat's inputs
+                        if mg.tensors[t].float_ and b == 2.0:
+                            self.cast_in[(k, t)] = 4.0
             for t in u.outputs:
                 t0 = mg.tensors[t]
                 self.item[t] = out if (out is not None and t0.float_ and t0.itemsize in (2.0, 4.0)) \
@@ -199,6 +206,8 @@ class Schedule:
         s.phase = "forward"
         store: dict[str, int] = {}          # tensor -> storage key
         transposed: set[str] = set()
+        heads_major: set[str] = set()       # attention outputs: stored (B, S, H, D), seen as (B, H, S, D)
+        attn_inputs: dict[str, list[int]] = {}   # tensor -> q/k/v storages its consumers keep alive
         saved: dict[int, list[int]] = {}    # unit -> storage keys it holds
         keep: dict[int, list[int]] = {}     # unit -> extra allocations it holds
         casts: dict[int, list[int]] = {}
@@ -210,7 +219,9 @@ class Schedule:
             store[name] = s.alloc(t.elems * item, "batch", refs=1 + len(t.consumers))
             batch.append(store[name])
         outputs = [t for u in mg.units for t in u.outputs if not mg.tensors[t].consumers]
+        release: dict[int, list[int]] = {}   # unit -> storages held for callers until it has run
         for k, u in enumerate(mg.units):
+            s.op = u.op
             self._workspace(u, ws)
             r = u.rule
             held: list[int] = []
@@ -241,10 +252,25 @@ class Schedule:
                 if mode in ("view", "inplace", "inplace_add") and src is not None and src in store:
                     store[t] = store[src]
                     s.ref(store[t], n_refs)
-                    if mode == "view" and (u.op == "Transpose" or src in transposed):
+                    if mode == "view" and u.op == "Transpose" and src in heads_major:
+                        pass   # back to the layout the attention kernel wrote: contiguous
+                    elif mode == "view" and (u.op == "Transpose" or src in transposed):
                         transposed.add(t)
+                    if mode == "view" and src in attn_inputs:
+                        attn_inputs[t] = attn_inputs[src]
                 else:
                     store[t] = s.alloc(self.nbytes(t), "activations", refs=n_refs)
+                if t in mg.hold:
+                    s.ref(store[t])
+                    release.setdefault(mg.hold[t], []).append(store[t])
+                if u.op == "Attention":
+                    heads_major.add(t)
+                    # the attention module's locals (q, k, v) live until it returns,
+                    # after its output projection
+                    keys = [store[x] for x in u.inputs if x in store]
+                    for key in keys:
+                        s.ref(key)
+                    attn_inputs[t] = keys
             if tr:
                 held += self._saves(k, u, store, cast_keys)
                 extra = self._extra_bytes(u)
@@ -256,11 +282,20 @@ class Schedule:
             elif raw is not None:
                 s.unref(raw)
             saved[k] = held
+            if u.op in ("Linear", "Gemm", "MatMul") and u.weight_bytes > 0:
+                for x in u.inputs:
+                    for key in attn_inputs.pop(x, []):
+                        s.unref(key)
             for key in cast_keys.values():
                 s.unref(key)
             for t in u.inputs:
                 if t in store:
                     s.unref(store[t])
+            for key in release.pop(k, []):
+                s.unref(key)
+        for keys in {id(v): v for v in attn_inputs.values()}.values():
+            for key in keys:
+                s.unref(key)
         if not tr:
             for k in list(casts):
                 for key in casts.pop(k):
@@ -377,6 +412,7 @@ class Schedule:
             outs = [t for t in u.outputs if t in grad]
             if not outs:
                 continue
+            s.op = u.op
             self._workspace(u, ws)
             r = u.rule
             g_raw = None

@@ -10,6 +10,13 @@ not measured by us). The CUDA context is part of the prediction already.
 Latency: a slice has ``slices x SMS_PER_SLICE`` SMs and the share of memory
 bandwidth and L2 of its memory slices (nominal memory / whole-GPU memory);
 the prior reruns every kernel on that reduced spec sheet.
+
+Memory, utilization and energy per slice: ``advise(..., extra_on=...)``
+adds what the caller computes for each profile (the memory of the run on
+the slice, whose CUDA context is smaller with fewer SMs; SM utilization and
+energy from the slice's timeline: :func:`perfseer_rt.gpu.resources.
+slice_metrics`). :func:`profile_budget` turns a profile name into the budget
+``fit`` and ``check`` hold a model to.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.predict.mig import MIG_PROFILES
 
@@ -32,23 +40,55 @@ def slice_spec(gpu: str, spec: GpuSpec, slices: int, memory_gb: float) -> GpuSpe
     return spec.share(min(slices * SMS_PER_SLICE[gpu], spec.sms), frac, frac)
 
 
+def profile_budget(gpu: str, spec: GpuSpec, profile: str) -> dict[str, Any]:
+    """The budget of MIG ``profile`` on ``gpu`` for ``fit`` / ``check``:
+    usable memory (MiB), SMs, the slice's spec sheet and its memory share.
+
+    Raises:
+        PerfSeerError: a GPU without MIG profiles, or a profile it does not have.
+    """
+    if gpu not in MIG_PROFILES:
+        raise PerfSeerError(f"MIG profiles are known for {', '.join(MIG_PROFILES)}, not {gpu!r}")
+    for p in MIG_PROFILES[gpu]:
+        if p.name == profile:
+            s = slice_spec(gpu, spec, p.slices, p.memory_gb)
+            return {"gpu": gpu, "profile": p.name, "usable_mib": round(p.memory_gb * 1024.0 * USABLE_FRACTION, 1),
+                    "sms": s.sms, "spec": s, "mem_fraction": p.memory_gb / MIG_PROFILES[gpu][-1].memory_gb}
+    raise PerfSeerError(f"MIG profile {profile!r} is not one of {gpu}'s: "
+                        + ", ".join(p.name for p in MIG_PROFILES[gpu]))
+
+
 def advise(gpu: str, spec: GpuSpec, peak_mib: float, margin: float,
-           latency_on: Callable[[GpuSpec], float])  -> dict[str, Any]:
+           latency_on: Callable[[GpuSpec], float],
+           extra_on: Callable[[GpuSpec, float, float], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Profiles of ``gpu`` (smallest first) with usable MiB, fit and latency.
 
-    ``latency_on(spec) -> ms`` predicts the model on a slice's spec sheet.
-    The answer keeps the keys of :func:`perfseer_rt.predict.mig.suggest`
-    (``gpu``, ``profile``, ``required_mb``, ``margin``) and adds ``profiles``.
+    ``latency_on(spec) -> ms`` predicts the model on a slice's spec sheet;
+    ``extra_on(spec, usable_mib, mem_fraction) -> dict`` (optional) adds
+    per-slice metrics to each row (memory, utilization, energy: see
+    :func:`perfseer_rt.gpu.resources.slice_metrics`); a row whose extra
+    holds ``peak_mem_mb`` fits when that slice's own peak plus the margin is
+    below the usable memory. The answer keeps the keys of
+    :func:`perfseer_rt.predict.mig.suggest` (``gpu``, ``profile``,
+    ``required_mb``, ``margin``) and adds ``profiles``.
     """
     need = peak_mib * (1.0 + margin)
     rows, pick = [], None
     for p in MIG_PROFILES[gpu]:
         usable = p.memory_gb * 1024.0 * USABLE_FRACTION
         s = slice_spec(gpu, spec, p.slices, p.memory_gb)
+        row: dict[str, Any] = {"profile": p.name, "usable_mib": round(usable, 1),
+                               "sms": s.sms, "mem_bw_gbs": round(s.mem_bw_gbs, 1),
+                               "latency_ms": round(float(latency_on(s)), 4)}
         fits = need < usable
-        rows.append({"profile": p.name, "usable_mib": round(usable, 1), "fits": fits,
-                     "sms": s.sms, "mem_bw_gbs": round(s.mem_bw_gbs, 1),
-                     "latency_ms": round(float(latency_on(s)), 4)})
+        if extra_on is not None:
+            extra = extra_on(s, usable, p.memory_gb / MIG_PROFILES[gpu][-1].memory_gb)
+            row.update(extra)
+            own = extra.get("peak_mem_mb", {}).get("value") if isinstance(extra.get("peak_mem_mb"), dict) else None
+            if own is not None:
+                fits = own * (1.0 + margin) < usable and extra["peak_mem_mb"].get("fits", True)
+        row["fits"] = fits
+        rows.append(row)
         if fits and pick is None:
             pick = p.name
     out = {"gpu": gpu, "profile": pick, "required_mb": round(need, 1), "margin": round(margin, 3),

@@ -126,7 +126,7 @@ CASES: dict[str, Case] = {c.name: c for c in [
     Case("mlp-deep-256", "mlp", "vector", (256,), build=_mlp((256,) * 10 + (10,), "relu")),
 ]}
 #: Batch sizes traced per case.
-BATCHES = {"image": (4, 16), "text": (4, 16), "vector": (32, 256)}
+BATCHES = {"image": (4, 16), "text": (4, 16), "vector": (32, 128)}
 
 
 def example(case: Case, batch: int) -> torch.Tensor:
