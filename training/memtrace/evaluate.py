@@ -22,6 +22,7 @@ import json
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,16 @@ MIB = 2.0 ** 20
 SPEC = GpuSpec("A100-SXM4-40GB", 40, 1555, 108, 64, 1410, 19500, 40)
 
 
-def export(case: str, batch: int, cache: Path) -> onnx.ModelProto:
-    path = cache / f"{case}-b{batch}.onnx"
+def export(case: str, shape: tuple[int, ...], cache: Path) -> onnx.ModelProto:
+    """The eval-mode export of ``case`` at the traced input shape (cached)."""
+    path = cache / f"{case}-{'x'.join(map(str, shape))}.onnx"
     if not path.exists():
         c = CASES[case]
         assert c.build is not None
         model = c.build(True).eval()
+        x = example(replace(c, shape=tuple(shape[1:])), shape[0])
         buf = io.BytesIO()
-        torch.onnx.export(model, (example(c, batch),), buf, dynamo=False, opset_version=17,
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17,
                           input_names=["input"], output_names=["output"])
         path.write_bytes(buf.getvalue())
     return onnx.load(str(path))
@@ -60,7 +63,7 @@ def evaluate(records: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]]
     rows = []
     graphs: dict[tuple[str, int], Any] = {}
     for r in records:
-        key = (r["case"], r["batch"])
+        key = (r["case"], tuple(r["input_shape"]))
         if key not in graphs:
             proto = export(*key, cache)
             graphs[key] = (extract(proto), proto)
