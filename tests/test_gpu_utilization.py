@@ -70,3 +70,19 @@ def test_bad_timelines_are_refused():
         tl([1.0], [10], gaps=[-1.0])
     with pytest.raises(PerfSeerError, match="sms"):
         utilization(tl([1.0], [10]), sms=0)
+
+
+def test_a_timeline_from_the_latency_predictors_kernels():
+    from perfseer_rt.gpu.kernels import map_graph
+    from perfseer_rt.gpu.timeline import concat, from_kernels
+    from perfseer_rt.graph import extract
+    from tests.gpu_models import transformer
+
+    k = map_graph(extract(transformer(seq=64, dim=64, heads=4, layers=1), batch=2))
+    busy = {fam: np.full(len(nodes), 0.01) for fam, nodes in k.nodes.items()}
+    t = from_kernels(k, busy, host_ms=0.02, tensor_cores=True)
+    assert len(t) == k.count and t.busy_total_ms == pytest.approx(0.01 * k.count)
+    assert t.gap_ms.sum() > 0                 # launch-bound: the host is slower than the kernels
+    assert t.tensor_core[[f == "linear" for f in t.family]].all()
+    step = concat([t, t], tail_gap_ms=0.5)
+    assert len(step) == 2 * len(t) and step.total_ms == pytest.approx(2 * t.total_ms + 0.5)

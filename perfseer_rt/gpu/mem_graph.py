@@ -107,8 +107,8 @@ def module_argument_holds(graph: PerfGraph, producer: dict[str, int], consumers:
     last: dict[str, int] = {}
     for i, sc in enumerate(scopes):
         if sc:
-            for p in _prefixes(sc):
-                last[p] = i
+            for pre in _prefixes(sc):
+                last[pre] = i
     hold: dict[str, int] = {}
     for t, cons in consumers.items():
         p = producer.get(t)
@@ -269,20 +269,22 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
     unit_of: dict[int, int] = {}
     unknown: list[str] = []
     folded = 0
-    order = list(range(n))
-    for i in order:
-        anchor = member.get(i)
-        if anchor is not None and anchor in pattern and i != max(j for j, a in member.items() if a == anchor):
+    groups: dict[int, list[int]] = {}
+    for j, a in sorted(member.items()):
+        groups.setdefault(a, []).append(j)
+    for i in range(n):
+        anc = member.get(i)
+        if anc is not None and i != groups[anc][-1]:
             continue  # a pattern becomes one unit where its last node runs
-        nodes = sorted(j for j, a in member.items() if a == anchor) if anchor is not None else [i]
+        nodes = groups[anc] if anc is not None else [i]
         inside = set(nodes)
         produced = {t for j in nodes for t in outs[j]}
         u_in = [t for j in nodes for t in ins.get(j, []) if t not in produced]
         u_in = list(dict.fromkeys(u_in))
         u_out = [t for j in nodes for t in outs[j]
                  if any(c not in inside for c in consumers.get(t, [])) or not consumers.get(t)]
-        if anchor is not None:
-            name = pattern[anchor]
+        if anc is not None:
+            name = pattern[anc]
             r, known = FUSED[name], True
         else:
             name = ops[i]
@@ -301,12 +303,11 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
             u.rows = float(out_elems[i]) / max(u.channels, 1.0)
         if name in ("GroupNormalization", "InstanceNormalization"):
             u.rows = u.channels * float(graph.globals["batch_size"])
-        if name == "Attention":
-            sm = anchor if anchor is not None else i
-            shape = next((graph.edge_shapes[j] for j, t in enumerate(graph.edge_tensors)
-                          if t == outs[sm][0]), None) if graph.edge_shapes else None
-            last_dim = float(shape[-1]) if shape else 1.0
-            u.attn_rows = float(out_elems[sm]) / max(last_dim, 1.0)
+        if name == "Attention" and anc is not None:
+            sm_shape = next((graph.edge_shapes[j] for j, t in enumerate(graph.edge_tensors)
+                             if t == outs[anc][0]), None) if graph.edge_shapes else None
+            last_dim = float(sm_shape[-1]) if sm_shape else 1.0
+            u.attn_rows = float(out_elems[anc]) / max(last_dim, 1.0)
         if ops[i] == "Conv" and folded_bn and not has_bn and col("has_bias")[i] \
                 and not any(ops[c] in NOT_FOLDED_NEXT for t in outs[i] for c in consumers.get(t, [])):
             u.folded_bn = True

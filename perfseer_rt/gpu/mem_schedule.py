@@ -213,10 +213,10 @@ class Schedule:
         casts: dict[int, list[int]] = {}
         batch = []
         for name in mg.inputs:
-            t = mg.tensors[name]
-            item = self.o.precision.act_bytes if (t.itemsize == 4.0 and t.float_ and not
-                                                  self.o.precision.autocast) else t.itemsize
-            store[name] = s.alloc(t.elems * item, "batch", refs=1 + len(t.consumers))
+            ti = mg.tensors[name]
+            item = self.o.precision.act_bytes if (ti.itemsize == 4.0 and ti.float_ and not
+                                                  self.o.precision.autocast) else ti.itemsize
+            store[name] = s.alloc(ti.elems * item, "batch", refs=1 + len(ti.consumers))
             batch.append(store[name])
         outputs = [t for u in mg.units for t in u.outputs if not mg.tensors[t].consumers]
         release: dict[int, list[int]] = {}   # unit -> storages held for callers until it has run
@@ -404,7 +404,7 @@ class Schedule:
                 g_ls = g32
             grad[logits] = s.alloc(elems * item, "activation_gradients")
             s.unref(g_ls)
-        pbytes = {}
+        pbytes: dict[int, list[float]] = {}
         for k, nb in self.params:
             pbytes.setdefault(k, []).append(nb)
         for k in range(len(mg.units) - 1, -1, -1):

@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfseer_rt.errors import PerfSeerError
+from perfseer_rt.gpu.kernels import Kernels
+
+#: Kernel families that run on tensor cores under tf32 / amp / 16-bit precisions.
+TENSOR_CORE_FAMILIES = frozenset({"conv", "linear", "bmm"})
 
 #: GEMM output tile (rows x cols) per CTA assumed by :func:`grid_ctas`: cuBLAS/cuDNN's
 #: common 128 x 128 tile; outputs under 1024 x 1024 elements per batch entry take 64 x 64.
@@ -123,3 +127,53 @@ def grid_ctas(family: str, m: float = 0.0, n: float = 0.0, batch: float = 1.0, e
         tile = SMALL_GEMM_TILE if m * n < SMALL_GEMM_BELOW else GEMM_TILE
         return float(math.ceil(max(m, 1.0) / tile[0]) * math.ceil(max(n, 1.0) / tile[1]) * max(batch, 1.0))
     return float(max(math.ceil(elems / ELEMS_PER_CTA), 1))
+
+
+def from_kernels(kernels: Kernels, busy_ms: dict[str, np.ndarray], host_ms: float = 0.0,
+                 tensor_cores: bool = False, tail_gap_ms: float = 0.0) -> KernelTimeline:
+    """A timeline from the latency predictor's :class:`~perfseer_rt.gpu.kernels.
+    Kernels` and each family's per-kernel busy time (ms, launch overhead not
+    included), in node order; gaps from a per-kernel host cost ``host_ms``
+    (:func:`host_gaps`); grids from the shapes (:func:`grid_ctas`);
+    ``tensor_cores``: GEMM-like families run on tensor cores (tf32, amp, 16-bit)."""
+    rows: list[tuple[int, str, float, float, float, float]] = []
+    for fam, shape in kernels.shapes.items():
+        ms = np.asarray(busy_ms[fam], np.float64)
+        nodes = kernels.nodes[fam]
+        for i in range(len(ms)):
+            if "m" in shape:
+                ctas = grid_ctas(fam, m=float(shape["m"][i]), n=float(shape["n"][i]),
+                                 batch=float(shape["batch"][i]))
+            else:
+                elems = (float(shape["rows"][i] * shape["cols"][i]) if "rows" in shape
+                         else float(shape["bytes"][i]) / 8.0)
+                ctas = grid_ctas(fam, elems=elems)
+            rows.append((int(nodes[i]), fam, float(ms[i]), float(shape["flops"][i]), float(shape["bytes"][i]), ctas))
+    rows.sort(key=lambda r: r[0])
+    busy = np.array([r[2] for r in rows])
+    return KernelTimeline([r[1] for r in rows], busy, np.array([r[3] for r in rows]), np.array([r[4] for r in rows]),
+                          np.array([r[5] for r in rows]), host_gaps(busy, host_ms) if len(busy) else np.zeros(0),
+                          tensor_core=np.array([tensor_cores and r[1] in TENSOR_CORE_FAMILIES for r in rows], bool),
+                          tail_gap_ms=tail_gap_ms)
+
+
+def concat(parts: list[KernelTimeline], tail_gap_ms: float = 0.0) -> KernelTimeline:
+    """Timelines run one after another (a training step's forward, loss,
+    backward and optimizer kernels); the parts' tail gaps become gaps."""
+    fam: list[str] = []
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("busy_ms", "flops", "bytes", "ctas", "gap_ms",
+                                                            "tensor_core", "ctas_per_sm")}
+    carry = 0.0
+    for p in parts:
+        fam += p.family
+        gaps = p.gap_ms.copy()
+        if len(gaps):
+            gaps[0] += carry
+            carry = 0.0
+        carry += p.tail_gap_ms
+        for k in arrays:
+            arrays[k].append(gaps if k == "gap_ms" else getattr(p, k))
+    cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in arrays.items()}
+    return KernelTimeline(fam, cat["busy_ms"], cat["flops"], cat["bytes"], cat["ctas"], cat["gap_ms"],
+                          tensor_core=cat["tensor_core"].astype(bool), ctas_per_sm=cat["ctas_per_sm"],
+                          tail_gap_ms=carry + tail_gap_ms)

@@ -53,7 +53,7 @@ def export(case: str, shape: tuple[int, ...], cache: Path) -> onnx.ModelProto:
         model = c.build(True).eval()
         x = example(replace(c, shape=tuple(shape[1:])), shape[0])
         buf = io.BytesIO()
-        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17,
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17,  # type: ignore[arg-type]
                           input_names=["input"], output_names=["output"])
         path.write_bytes(buf.getvalue())
     return onnx.load(str(path))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ class Case:
     build: Callable[[bool], nn.Module] | None = None   #: build(for_export) -> module
 
 
-def _timm(name: str, **kw: object) -> Callable[[bool], nn.Module]:
+def _timm(name: str, **kw: Any) -> Callable[[bool], nn.Module]:
     def build(for_export: bool) -> nn.Module:
         importable_torchvision()
         import timm
@@ -49,9 +50,10 @@ def _timm(name: str, **kw: object) -> Callable[[bool], nn.Module]:
         m = timm.create_model(name, pretrained=False, num_classes=10, drop_rate=0.0, **kw)
         with torch.no_grad():
             for mod in m.modules():
-                if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_var is not None:
                     mod.weight.uniform_(0.5, 1.5)
                     mod.bias.normal_(0, 0.1)
+                    assert mod.running_mean is not None
                     mod.running_mean.normal_(0, 0.1)
                     mod.running_var.uniform_(0.5, 1.5)
         return m
