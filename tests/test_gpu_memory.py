@@ -221,3 +221,21 @@ def test_shared_weights_count_once_in_parameters():
     est = train(extract(proto), proto, optimizer="sgd-momentum")
     assert est.parts["optimizer_state"] == pytest.approx(256 * 256 * 4 / 2**20, rel=0.01)
     assert np.isfinite(est.views["nvml"])
+
+
+def test_a_transposed_copy_of_a_tied_embedding_counts_once():
+    v, d = 512, 64
+    table = np.arange(v * d, dtype=np.float32).reshape(v, d) % 5
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "head"], ["y"])]
+    from onnx import TensorProto, numpy_helper
+    tied = model(nodes, [("ids", [4, 16], TensorProto.INT64)], [("y", [4, 16, v])],
+                 [numpy_helper.from_array(table, "emb"), numpy_helper.from_array(table.T.copy(), "head")])
+    untied = model(nodes, [("ids", [4, 16], TensorProto.INT64)], [("y", [4, 16, v])],
+                   [numpy_helper.from_array(table, "emb"), numpy_helper.from_array(table.T + 1, "head")])
+    assert memory.tied_transpose_bytes(tied) == v * d * 4
+    assert memory.tied_transpose_bytes(untied) == 0
+    a = train(extract(tied), tied, optimizer="sgd-momentum")
+    b = train(extract(untied), untied, optimizer="sgd-momentum")
+    assert a.parts["optimizer_state"] == pytest.approx(b.parts["optimizer_state"] / 2, rel=0.01)
+    assert any("tied" in x for x in a.assumptions)

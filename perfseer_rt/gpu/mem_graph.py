@@ -163,7 +163,8 @@ def _single(ins_of: dict[int, list[str]], consumers: dict[str, list[int]], name:
 def _attention_groups(graph: PerfGraph, outs: dict[int, list[str]], ins: dict[int, list[str]],
                       producer: dict[str, int], consumers: dict[str, list[int]]) -> dict[int, list[int]]:
     """Softmax node -> the nodes of a scaled-dot-product attention around it:
-    ``MatMul(q', k') -> [Mul|Div const] -> [Add mask] -> Softmax -> MatMul(p, v)``
+    ``MatMul(q', k') -> [Mul|Div const] -> [Add mask] -> Softmax -> [Cast|Dropout]
+    -> MatMul(p, v)``
     with every intermediate read by the next node only; ``q'``/``k'`` may be
     ``Mul(x, const)`` (the exporter's split scale), absorbed too."""
     ops = graph.node_ops
@@ -172,10 +173,14 @@ def _attention_groups(graph: PerfGraph, outs: dict[int, list[str]], ins: dict[in
     for s, op in enumerate(ops):
         if op != "Softmax" or len(ins.get(s, [])) != 1 or len(outs.get(s, [])) != 1:
             continue
+        members = [s]
         after = _single(ins, consumers, outs[s][0])
+        while after is not None and ops[after] in ("Cast", "Dropout", "Identity") and len(outs.get(after, [])) >= 1:
+            members.append(after)   # GPT-2's attn_weights.type(value.dtype); a training export's dropout
+            after = _single(ins, consumers, outs[after][0])
         if after is None or ops[after] != "MatMul" or weight[after] > 0 or len(ins.get(after, [])) != 2:
             continue
-        members = [s, after]
+        members.append(after)
         cur = producer.get(ins[s][0])
         while cur is not None and ops[cur] in ("Mul", "Div", "Add") and len(outs.get(cur, [])) == 1 \
                 and _single(ins, consumers, outs[cur][0]) is not None:

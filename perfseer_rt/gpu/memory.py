@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.gpu import allocator, cuda_context, mem_graph, mem_schedule
@@ -195,6 +196,41 @@ def gpu_facts(spec: Any) -> tuple[int, str, str]:
     return int(getattr(spec, "sms", 0) or 0), key, name
 
 
+def tied_transpose_bytes(proto: onnx.ModelProto | None) -> float:
+    """Bytes of 2-D initializers that are the transpose of another one (an
+    exporter's constant-folded ``weight.t()`` of a tied weight: GPT-2's LM
+    head is its token embedding). With the values present they are compared;
+    a structure-only model (no values) counts a pair whose one member a Gather
+    reads (an embedding table) and the other a MatMul (the head)."""
+    if proto is None:
+        return 0.0
+    mats = {t.name: t for t in proto.graph.initializer if len(t.dims) == 2 and math.prod(t.dims) >= 4096}
+    by_shape: dict[tuple[int, int], list[onnx.TensorProto]] = {}
+    for t in mats.values():
+        by_shape.setdefault((int(t.dims[0]), int(t.dims[1])), []).append(t)
+    gathered = {n.input[0] for n in proto.graph.node if n.op_type == "Gather" and n.input}
+    multiplied = {i for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") for i in n.input[1:2]}
+    dup = 0.0
+    seen: set[str] = set()
+    for (r, c), ts in by_shape.items():
+        if r == c:
+            continue
+        for a in ts:
+            for b in by_shape.get((c, r), []):
+                if a.name in seen or b.name in seen:
+                    continue
+                has = a.HasField("raw_data") or len(a.float_data)
+                if has and (b.HasField("raw_data") or len(b.float_data)):
+                    va, vb = numpy_helper.to_array(a), numpy_helper.to_array(b)
+                    same = va.shape == vb.T.shape and np.array_equal(va.T, vb)
+                else:
+                    same = a.name in gathered and b.name in multiplied
+                if same:
+                    seen.update((a.name, b.name))
+                    dup += math.prod(b.dims) * dtype_itemsize(b.data_type)
+    return dup
+
+
 def _input_itemsizes(proto: onnx.ModelProto | None) -> dict[str, float]:
     if proto is None:
         return {}
@@ -240,6 +276,8 @@ def predict_memory(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any, *
     mg = mem_graph.build(graph, folded_bn=folded_bn, fused_attention=fused_attention,
                          input_itemsize=_input_itemsizes(proto))
     exact, is_exact = weight_bytes(proto, graph)
+    tied = tied_transpose_bytes(proto)
+    exact -= tied
     per_use = sum(u.weight_bytes for u in mg.units)
     scale = exact / per_use if is_exact and per_use > exact > 0 else 1.0
     opts = mem_schedule.Options(precision=prec, training=mode == "train", optimizer=opt,
@@ -271,6 +309,10 @@ def predict_memory(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any, *
              "torch_reserved": alloc.peak_reserved / MIB}
     tensor_peak = _tensor_peak(events) / MIB
     assumptions = _assumptions(mg, prec.name, opts, arch, lazy_loading, coeffs)
+    if tied:
+        assumptions.append(f"{tied / MIB:.1f} MiB of initializers are transposed copies of others (the "
+                           "exporter folds a tied weight's transpose, e.g. an LM head tied to the embedding): "
+                           "trained as one parameter")
     return MemoryEstimate(mode, prec.name, optimizer if mode == "train" else None, parts, views,
                           tensor_peak, ctx, assumptions, fits, oom)
 
