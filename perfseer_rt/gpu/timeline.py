@@ -23,6 +23,11 @@ import numpy as np
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.gpu.kernels import Kernels
 
+#: Host time PyTorch eager spends per kernel it launches (Python, dispatcher, autograd
+#: record, cudaLaunchKernel), ms: an ASSUMPTION in the 5-25 us range public walk-throughs
+#: of the dispatch chain give; the default of :func:`from_kernels`.
+EAGER_HOST_MS_PER_KERNEL = 0.010
+
 #: Kernel families that run on tensor cores under tf32 / amp / 16-bit precisions.
 TENSOR_CORE_FAMILIES = frozenset({"conv", "linear", "bmm"})
 
@@ -129,7 +134,7 @@ def grid_ctas(family: str, m: float = 0.0, n: float = 0.0, batch: float = 1.0, e
     return float(max(math.ceil(elems / ELEMS_PER_CTA), 1))
 
 
-def from_kernels(kernels: Kernels, busy_ms: dict[str, np.ndarray], host_ms: float = 0.0,
+def from_kernels(kernels: Kernels, busy_ms: dict[str, np.ndarray], host_ms: float = EAGER_HOST_MS_PER_KERNEL,
                  tensor_cores: bool = False, tail_gap_ms: float = 0.0) -> KernelTimeline:
     """A timeline from the latency predictor's :class:`~perfseer_rt.gpu.kernels.
     Kernels` and each family's per-kernel busy time (ms, launch overhead not
