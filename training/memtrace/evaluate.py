@@ -61,7 +61,7 @@ def export(case: str, shape: tuple[int, ...], cache: Path) -> onnx.ModelProto:
 
 def evaluate(records: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]]:
     rows = []
-    graphs: dict[tuple[str, int], Any] = {}
+    graphs: dict[tuple[str, tuple[int, ...]], Any] = {}
     for r in records:
         key = (r["case"], tuple(r["input_shape"]))
         if key not in graphs:
