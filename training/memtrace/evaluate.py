@@ -122,6 +122,24 @@ def report(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
         for k, n, mape, mx, res in summary(rows, by):
             lines.append(f"| {k} | {n} | {mape:.1f} | {mx:.1f} | {res:.1f} |")
         lines.append("")
+    lines += ["## What these traces check, and what they cannot", "",
+              "- Checked: the tensors PyTorch allocates and frees (activations kept for backward, "
+              "gradients, optimizer state and foreach temporaries, autocast casts, the loss), in order, "
+              "hence the live-tensor peak, and the caching allocator's segments for that request "
+              "sequence (`reserved`, the rules of `perfseer_rt/gpu/allocator.py` applied to both).",
+              "- Not checked here (no GPU): the allocator's rules themselves (read from "
+              "`c10/cuda/CUDACachingAllocator.cpp`), cuBLAS workspaces (read from "
+              "`CublasHandlePool.cpp`), the CUDA context (an estimate from public figures), cuDNN "
+              "workspaces (not modelled), CUDA's autocast lists (the CPU lists ran here; the rules "
+              "take the CUDA lists on a GPU), CUDA's 1-byte dropout mask (dropout is 0 in every case), "
+              "and which fused attention kernel CUDA picks (the CPU flash kernel ran here; it keeps "
+              "what CUDA's flash and memory-efficient kernels keep: q, k, v, the output, log-sum-exp).",
+              "- Rules changed while the dev families were compared: attention output layout, module "
+              "arguments held by their caller, graph inputs read by the first node, weights in "
+              "autocast promotion, a Conv before a Reshape/Transpose/LayerNorm keeping a real bias. "
+              "Before the held-out runs were compared, and from their exported graphs only: the "
+              "attention pattern through GPT-2's `Cast` and the tied LM-head copy. Nothing was "
+              "changed after the held-out comparison.", ""]
     lines += ["## every run", "", "| run | held out | measured MiB | predicted MiB | error % | "
               "reserved meas. | reserved pred. |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
