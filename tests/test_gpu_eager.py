@@ -15,6 +15,7 @@ from perfseer_rt.gpu.dtypes import infer
 from perfseer_rt.gpu.kernel_table import KernelTable
 from perfseer_rt.gpu.precision import get_precision
 from perfseer_rt.gpu.specs import GpuSpec
+from perfseer_rt.gpu.timeline import host_gaps
 from tests.gpu_models import transformer
 from tests.onnx_builders import const, model
 
@@ -216,7 +217,7 @@ def test_the_step_is_the_gpu_or_the_host_whichever_dominates():
 
 def test_gaps_appear_only_where_the_host_is_slower_than_the_kernels():
     short = np.full(4, 0.1)
-    gaps = step.gaps_ms(short, np.array([0.01, 1.0, 1.0, 0.01]))
-    assert gaps == pytest.approx([0.0, 0.9, 0.9, 0.0])  # the GPU waits for two slow dispatches
-    ahead = step.gaps_ms(np.array([5.0, 0.1, 0.1]), np.array([0.01, 1.0, 1.0]))
-    assert ahead == pytest.approx([0.0, 0.0, 0.0])  # the host ran ahead during the long kernel
+    gaps = host_gaps(short, np.array([0.01, 1.0, 1.0, 0.01]))
+    assert gaps == pytest.approx([0.01, 0.9, 0.9, 0.0])  # the GPU waits for two slow dispatches
+    ahead = host_gaps(np.array([5.0, 0.1, 0.1]), np.array([0.01, 1.0, 1.0]))
+    assert ahead == pytest.approx([0.01, 0.0, 0.0])  # the host ran ahead during the long kernel

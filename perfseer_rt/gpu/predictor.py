@@ -17,7 +17,7 @@ peak memory in parts, SM utilization, energy and average power
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError
 from perfseer_rt.gpu import backward as B
 from perfseer_rt.gpu import learned as L
-from perfseer_rt.gpu import mig_advice, pricing, resources, step
+from perfseer_rt.gpu import mig_advice, power, pricing, resources, step, timeline
 from perfseer_rt.gpu.kernel_table import KernelTable
 from perfseer_rt.gpu.precision import Precision, get_precision
 from perfseer_rt.gpu.prior import PROVENANCE, load_prior
@@ -34,7 +34,7 @@ from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.graph.extract import general_warnings
 from perfseer_rt.predict.interface import Request, register
-from perfseer_rt.predict.mig import MIG_PROFILES, margin_for
+from perfseer_rt.predict.mig import margin_for
 from perfseer_rt.predict.registry import Predictor
 
 LAYOUTS = ("nchw", "nhwc")
@@ -97,20 +97,27 @@ class GpuPredictor:
         return step.StepConfig(prec, mode=request.mode, optimizer=opt, layout=layout)
 
     def slice_spec(self, profile: str | None) -> GpuSpec:
+        """The spec sheet the model runs on: the whole GPU, or MIG ``profile``'s slice."""
         if profile is None:
             return self.spec
-        table = self.sheet.mig
-        if table is None:
-            raise DeviceError(f"device {self.pred.device!r} ({self.sheet.name}) has no MIG")
-        names = [p.name for p in MIG_PROFILES[table]]
-        if profile not in names:
-            raise DeviceError(f"MIG profile {profile!r}: {self.sheet.name} has {', '.join(names)}")
-        p = MIG_PROFILES[table][names.index(profile)]
+        table = self.mig_table(profile)
+        p = mig_advice.find_profile(table, profile)
         return mig_advice.slice_spec(table, self.spec, p.slices, p.memory_gb)
+
+    def mig_table(self, profile: str) -> str:
+        """The GPU's MIG table (its spec sheet's ``mig``).
+
+        Raises:
+            DeviceError: a GPU without MIG.
+        """
+        if self.sheet.mig is None:
+            raise DeviceError(f"MIG profile {profile!r}: device {self.pred.device!r} "
+                              f"({self.sheet.name}) has no MIG")
+        return str(self.sheet.mig)
 
     def metric_names(self, mode: str) -> list[str]:
         return ["step_ms" if mode == "train" else "latency_ms", "peak_mem_mb", "sm_util_pct",
-                "energy_mj", "power_w"]
+                "energy_j", "power_w"]
 
     def predict(self, models: list[Any], request: Request) -> list[dict[str, Any]]:
         cfg = self.config(request)
@@ -132,8 +139,17 @@ class GpuPredictor:
     def _one(self, source: Any, graph: PerfGraph, cfg: step.StepConfig, spec: GpuSpec, request: Request,
              wanted: list[str], time_metric: str) -> dict[str, Any]:
         st = self.run(graph, cfg, spec)
-        res = resources.estimate(graph, source, st, spec, self.sheet, cfg, request.power_limit_w)
-        metrics = {time_metric: self._time_block(st, res, cfg), **res.metrics}
+        proto = resources.model_proto(source)
+        if request.mig_profile is None:
+            res = self._resources(graph, proto, st, cfg, self.spec, request.power_limit_w)
+        else:
+            p = mig_advice.find_profile(self.mig_table(request.mig_profile), request.mig_profile)
+            res = self._resources(graph, proto, st, cfg, spec, request.power_limit_w,
+                                  (mig_advice.usable_mib(p.memory_gb),
+                                   mig_advice.mem_fraction(str(self.sheet.mig), p.memory_gb)))
+        factor = float(res["throttle"]["latency_factor"])
+        metrics = {time_metric: self._time_block(st, factor, cfg), "peak_mem_mb": res["peak_mem_mb"],
+                   "sm_util_pct": res["sm_util_pct"], "energy_j": res["energy_j"], "power_w": res["power_w"]}
         result: dict[str, Any] = {
             "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
             "device": self.pred.device + (f" [{request.mig_profile}]" if request.mig_profile else ""),
@@ -142,21 +158,40 @@ class GpuPredictor:
             "optimizer": cfg.optimizer.name if cfg.optimizer else None,
             "predictor": self.info(),
             "metrics": {m: metrics[m] for m in wanted},
-            "mig": None, "assumptions": self.assumptions(cfg) + res.assumptions,
+            "throttle": res["throttle"],
+            "mig": None,
+            "assumptions": self.assumptions(cfg) + [f"memory: {a}" for a in res["assumptions"]["memory"]]
+            + [f"power: {a}" for a in res["assumptions"]["power"]],
             "warnings": st.table.notes + general_warnings(graph.warnings)
             + (["ops without a cost rule: " + ", ".join(sorted(set(graph.unknown_ops)))]
                if graph.unknown_ops else [])}
         if self.sheet.mig and request.mig_profile is None:
-            result["mig"] = self._mig(graph, source, cfg, st, res.peak_mib, request.power_limit_w)
+            result["mig"] = self._mig(graph, proto, cfg, st, res["peak_mem_mb"]["value"], request.power_limit_w)
         return result
 
-    def _time_block(self, st: Step, res: resources.Resources, cfg: step.StepConfig) -> dict[str, Any]:
+    def _resources(self, graph: PerfGraph, proto: Any, st: Step, cfg: step.StepConfig, spec: GpuSpec,
+                   power_limit_w: float | None, mig: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Memory, utilization, energy and power of step ``st`` run on
+        ``spec`` (:func:`perfseer_rt.gpu.resources.resource_metrics`); ``mig``:
+        (usable MiB, memory share) of the MIG slice ``spec`` is."""
+        ps = resources.power_model(self.sheet, self.spec, cfg.precision)
+        coeffs = power.default_coeffs(ps)
+        if mig is not None:
+            ps, coeffs = power.slice_power(ps, coeffs, spec.sms, mig[1])
+        tl = timeline.from_step(st.table, st.kernel_ms, st.host_ms, st.total_ms)
+        sheet = self.sheet if mig is None else replace(self.sheet, sms=spec.sms)  # a slice's context
+        return resources.resource_metrics(
+            graph, proto, tl, sheet, mode=cfg.mode, precision=cfg.precision.name,
+            optimizer=cfg.optimizer.name if cfg.optimizer else None, power_limit_w=power_limit_w,
+            capacity_mib=mig[0] if mig else None, power_spec=ps, power_coeffs=coeffs)
+
+    def _time_block(self, st: Step, factor: float, cfg: step.StepConfig) -> dict[str, Any]:
         by_class: dict[str, float] = {}
         by_phase: dict[str, float] = {}
         for c, p, ms in zip(st.table["cls"], st.table["phase"], st.kernel_ms):
             by_class[str(c)] = by_class.get(str(c), 0.0) + float(ms)
             by_phase[str(p)] = by_phase.get(str(p), 0.0) + float(ms)
-        value = st.total_ms * res.slowdown
+        value = st.total_ms * factor
         acc = self.accuracy()
         block: dict[str, Any] = {
             "value": round(value, 4), "unit": "ms", "interval": None, "coverage": None,
@@ -165,7 +200,7 @@ class GpuPredictor:
             + " as PyTorch eager runs it on one stream after warm-up: the GPU's busy time "
             "(every kernel, priced by the " + self.description + ") and the host's dispatch time "
             f"combined as their smooth maximum (p = {step.SMOOTH_P:g})"
-            + ("; slowed by the power cap" if res.slowdown > 1.0 else ""),
+            + ("; slowed by the power limit (throttle)" if factor > 1.0 else ""),
             "gpu_busy_ms": round(float(st.kernel_ms.sum()), 4), "host_ms": round(float(st.host_ms.sum()), 4),
             "kernels": int(round(st.table.launches)),
             "parts": {k: round(v, 4) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
@@ -176,16 +211,30 @@ class GpuPredictor:
             block["coverage"] = acc.get("coverage")
         return block
 
-    def _mig(self, graph: PerfGraph, source: Any, cfg: step.StepConfig, st: Step, peak_mib: float,
+    def _mig(self, graph: PerfGraph, proto: Any, cfg: step.StepConfig, st: Step, peak_mib: float,
              power_limit_w: float | None) -> dict[str, Any]:
+        """Per MIG profile: usable memory, fit, latency, memory, utilization
+        and energy on the slice (:func:`perfseer_rt.gpu.mig_advice.advise`)."""
         table = str(self.sheet.mig)
+        steps: dict[int, Step] = {}
 
-        def on_slice(spec: GpuSpec) -> dict[str, Any]:
-            s = self.run(graph, cfg, spec, st.table)
-            r = resources.estimate(graph, source, s, spec, self.sheet, cfg, power_limit_w)
-            return {"latency_ms": round(s.total_ms * r.slowdown, 4),
-                    **{k: r.metrics[k]["value"] for k in ("sm_util_pct", "energy_mj", "power_w")}}
-        return mig_advice.advise(table, self.spec, peak_mib, margin_for(None), on_slice)
+        def run_on(spec: GpuSpec) -> Step:
+            if spec.sms not in steps:
+                steps[spec.sms] = self.run(graph, cfg, spec, st.table)
+            return steps[spec.sms]
+
+        def latency_on(spec: GpuSpec) -> float:
+            return run_on(spec).total_ms
+
+        def extra_on(spec: GpuSpec, usable: float, mem_share: float) -> dict[str, Any]:
+            m = self._resources(graph, proto, run_on(spec), cfg, spec, power_limit_w, (usable, mem_share))
+            mem = m["peak_mem_mb"]
+            return {"latency_ms": round(run_on(spec).total_ms * float(m["throttle"]["latency_factor"]), 4),
+                    "peak_mem_mb": {"value": mem["value"], "unit": "MiB", "fits": mem["fits"],
+                                    "views": {k: v["value"] for k, v in mem["views"].items()}},
+                    "sm_util_pct": {k: m["sm_util_pct"][k]["value"] for k in ("nvml", "sm_active")},
+                    "energy_j": m["energy_j"]["value"], "power_w": m["power_w"]["value"]}
+        return mig_advice.advise(table, self.spec, peak_mib, margin_for(None), latency_on, extra_on)
 
     def info(self) -> dict[str, Any]:
         m = self.pred.manifest

@@ -1,114 +1,119 @@
-"""Peak memory, SM utilization, energy and power of one GPU step, from the
-step's kernels (:mod:`perfseer_rt.gpu.predictor`): the metric blocks next to
-the step's time.
+"""One call for the GPU resource metrics of a prediction: peak memory (with
+parts and the three views), SM utilization, energy and power, also per MIG
+slice.
 
-Memory: inference from :mod:`perfseer_rt.gpu.memory` (weights, the live
-activation set, allocator rounding, workspace, CUDA context), training from
-weights, gradients, the optimizer's state and the activations kept for
-backward (every forward kernel's output).
-Utilization: NVML's ``utilization.gpu`` is the share of time a kernel runs
-(the GPU's busy time over the step); SM activity weights each kernel's time
-by the share of SMs its grid fills. Power: idle power plus the board power
-above it in proportion to SM activity, capped at the power limit (a cap
-that binds slows the step in proportion). All estimates, stated as such,
-until our own NVML records calibrate them.
+The latency predictor supplies the :class:`~perfseer_rt.gpu.timeline.
+KernelTimeline` of the call or step; memory comes from the graph
+(:mod:`perfseer_rt.gpu.memory`), utilization and power from the timeline
+(:mod:`perfseer_rt.gpu.utilization`, :mod:`perfseer_rt.gpu.power`).
+When a power limit throttles the clocks, the latency factor is returned
+(``throttle.latency_factor``) and utilization is computed on the
+stretched timeline.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-import numpy as np
+import onnx
 
-from perfseer_rt.gpu import memory
+from perfseer_rt.gpu import memory, power, utilization
+from perfseer_rt.gpu.precision import Precision
 from perfseer_rt.gpu.spec_sheet import SpecSheet
 from perfseer_rt.gpu.specs import GpuSpec
-from perfseer_rt.graph import PerfGraph
+from perfseer_rt.gpu.timeline import KernelTimeline
 from perfseer_rt.graph.load import load_model
-
-CUDA_CONTEXT_MIB = 500.0
-CUBLAS_WORKSPACE_MIB = 32.0
-#: Idle power as a share of board power (an assumption).
-IDLE_SHARE = 0.15
+from perfseer_rt.graph.perfgraph import PerfGraph
 
 
-def model_proto(source: Any) -> Any:
+def model_proto(source: Any) -> onnx.ModelProto | None:
     """The ModelProto of a prediction's source (None for a PerfGraph: its
     weights are then read from the graph)."""
     return None if isinstance(source, PerfGraph) else load_model(source)[0]
 
 
-@dataclass
-class Resources:
-    metrics: dict[str, dict[str, Any]]
-    peak_mib: float
-    slowdown: float = 1.0
-    assumptions: list[str] = field(default_factory=list)
+def resource_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, timeline: KernelTimeline, spec: Any, *,
+                     mode: str = "inference", precision: str = "fp32", optimizer: str | None = "adamw",
+                     power_limit_w: float | None = None, weight_decay: bool = False,
+                     capacity_mib: float | None = None, power_spec: power.PowerSpec | None = None,
+                     power_coeffs: power.PowerCoeffs | None = None,
+                     memory_estimate: memory.MemoryEstimate | None = None) -> dict[str, Any]:
+    """The JSON metric blocks ``peak_mem_mb``, ``sm_util_pct``, ``energy_j``,
+    ``power_w`` and ``throttle`` of one model on one GPU (or MIG slice).
+
+    Args:
+        graph, proto: the model (``proto`` None: weights from the PerfGraph).
+        timeline: its kernels on ``spec`` (one call, or one training step
+            with backward and optimizer kernels), from the latency predictor.
+        spec: the GPU's spec sheet (``sms``, peaks, bandwidth, ``tdp_w``, ...).
+        mode: ``"inference"`` or ``"train"``; ``precision`` and ``optimizer``
+            as :func:`perfseer_rt.gpu.memory.predict_memory`.
+        power_limit_w: a user's ``--power-limit``.
+        capacity_mib: the memory available (a MIG slice): ``peak_mem_mb.fits``.
+        power_spec, power_coeffs: a slice's (or a calibrated) power model.
+        memory_estimate: a memory estimate already made (not recomputed).
+
+    Raises:
+        PerfSeerError: bad mode, precision, optimizer, power limit, or a spec
+            sheet without what the power model needs.
+    """
+    mem = memory_estimate or memory.predict_memory(graph, proto, spec, mode=mode, precision=precision,
+                                                   optimizer=optimizer, weight_decay=weight_decay,
+                                                   capacity_mib=capacity_mib)
+    pw = power.energy(timeline, power_spec or spec, precision=precision, power_limit_w=power_limit_w,
+                      coeffs=power_coeffs, per="step" if mode == "train" else "call")
+    busy = pw.pop("busy_ms")
+    tl = timeline if not pw["throttle"]["capped"] else timeline.scaled(busy / timeline.busy_ms.clip(1e-12))
+    sms = power_spec.sms if power_spec is not None else memory.gpu_facts(spec)[0]
+    util = utilization.utilization(tl, sms)
+    util = {"value": util["nvml"]["value"], "unit": "%",
+            "meaning": "NVML utilization.gpu over the call / step (nvml); sm_active: the time-weighted "
+                       "share of SMs busy (DCGM's SM activity); ESTIMATE from the kernel timeline", **util}
+    return {"peak_mem_mb": mem.metric(), "sm_util_pct": util, "energy_j": pw["energy_j"],
+            "power_w": pw["power_w"], "throttle": pw["throttle"],
+            "assumptions": {"memory": mem.assumptions, "power": pw["assumptions"]}}
 
 
-def sm_fill(st: Any, spec: GpuSpec) -> np.ndarray:
-    """Share of SMs each kernel's grid fills (GEMM tiles of 128 x 128;
-    other kernels by their elements at 2,048 threads per SM)."""
-    t = st.table
-    tiles = np.maximum(t["batch"], 1.0) * np.ceil(np.maximum(t["m"], 1.0) / 128) * np.ceil(
-        np.maximum(t["n"], 1.0) / 128)
-    elems = np.maximum(t["bytes"] / 4.0, 1.0)
-    gemm = t["m"] > 0
-    blocks = np.where(gemm, tiles, elems / 2048.0)
-    return np.asarray(np.minimum(blocks / spec.sms, 1.0))
-
-
-def estimate(graph: PerfGraph, source: Any, st: Any, spec: GpuSpec, sheet: SpecSheet, cfg: Any,
-             power_limit_w: float | None) -> Resources:
-    """The metric blocks of one step (module doc)."""
-    prec = cfg.precision
-    scale = 0.5 if prec.half else 1.0
-    proto = model_proto(source)
-    if cfg.mode == "train":
-        weights, _ = memory.weight_bytes(proto, graph)
-        params = float(graph.globals["params_total"])
-        fwd = st.table.select(st.table["phase"] == "forward")
-        ids = fwd["node"].astype(np.int64)
-        ids = ids[ids >= 0]
-        sizes = graph.node_column("out_elems")[ids] * 4.0 * scale
-        mib = 2.0 ** 20
-        parts = {"weights": weights / mib, "gradients": weights / mib,
-                 "optimizer_state": params * cfg.optimizer.state_per_param / mib,
-                 "activations": float(sizes.sum()) / mib, "activation_gradient": float(sizes.max(initial=0.0)) / mib,
-                 "workspace": memory.workspace_bytes(graph, CUBLAS_WORKSPACE_MIB) / mib,
-                 "cuda_context": CUDA_CONTEXT_MIB}
-        parts = {k: round(v, 2) for k, v in parts.items()}
-        peak = round(sum(parts.values()), 2)
+def power_model(sheet: SpecSheet, spec: GpuSpec, prec: Precision) -> power.PowerSpec:
+    """The power model's view of a GPU (``spec``: the whole GPU's, from
+    ``sheet``) under ``prec``: tensor-core kernels against the peak they
+    run at (TF32 where fp32 runs convolutions or matmuls in TF32; the 16-bit
+    tensor peak under AMP and half models)."""
+    ps = power.power_spec(sheet, "fp32")
+    if prec.dtype in ("fp16", "bf16"):
+        tensor = spec.peak_gflops(prec.dtype)
+    elif (prec.tf32_conv or prec.tf32_matmul) and spec.tf32_gflops:
+        tensor = spec.peak_gflops("tf32")
     else:
-        peak, parts, _ = memory.estimate(graph, proto, {"cuda_context_mib": CUDA_CONTEXT_MIB,
-                                                        "cublas_workspace_mib": CUBLAS_WORKSPACE_MIB}, scale)
-    busy = float(st.kernel_ms.sum())
-    total = max(st.total_ms, 1e-9)
-    util = min(100.0, 100.0 * busy / total)
-    fill = sm_fill(st, spec)
-    active = 100.0 * float((fill * st.kernel_ms).sum()) / total
-    tdp = float(sheet.tdp_w)
-    idle = IDLE_SHARE * tdp
-    power = idle + (tdp - idle) * active / 100.0
-    slowdown = 1.0
-    if power_limit_w is not None:
-        if not (np.isfinite(power_limit_w) and power_limit_w > idle):
-            raise ValueError(f"power limit {power_limit_w} W must be above the idle power {idle:.0f} W")
-        if power > power_limit_w:
-            slowdown = (power - idle) / (power_limit_w - idle)
-            power = float(power_limit_w)
-    energy_mj = power * total * slowdown  # W x ms = mJ
-    metrics = {
-        "peak_mem_mb": {"value": peak, "unit": "MiB", "interval": None, "coverage": None,
-                        "meaning": "estimated peak GPU memory of the process as nvidia-smi shows it",
-                        "parts": parts},
-        "sm_util_pct": {"value": round(util, 1), "unit": "%", "sm_active_pct": round(active, 1),
-                        "meaning": "NVML utilization.gpu: share of the step in which a kernel runs; "
-                                   "sm_active_pct: time-weighted share of SMs busy"},
-        "energy_mj": {"value": round(energy_mj, 3), "unit": "mJ",
-                      "meaning": "energy of one call/step on the GPU board (estimate)"},
-        "power_w": {"value": round(power, 1), "unit": "W", "meaning": "average board power (estimate)"}}
-    return Resources(metrics, peak, slowdown,
-                     [f"power: idle {IDLE_SHARE:.0%} of the {tdp:g} W board power plus the rest in "
-                      "proportion to SM activity (an estimate, not calibrated on measurements)"])
+        tensor = spec.fp32_gflops
+    return replace(ps, fp32_tflops=spec.fp32_gflops / 1e3, tensor_tflops=tensor / 1e3,
+                   mem_bw_gbs=spec.mem_bw_gbs, sms=spec.sms)
+
+
+def slice_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any,
+                  timeline_on: Callable[[Any], KernelTimeline], *, mode: str = "inference",
+                  precision: str = "fp32", optimizer: str | None = "adamw",
+                  power_limit_w: float | None = None) -> Callable[[Any, float, float], dict[str, Any]]:
+    """The ``extra_on`` callback of :func:`perfseer_rt.gpu.mig_advice.advise`:
+    for a slice (its spec sheet, usable MiB, memory share) the memory of the
+    run on it (``fits`` from the allocator's simulation within the usable
+    memory), SM utilization and energy from ``timeline_on(slice_spec)``,
+    with the slice's share of the board's power model."""
+    whole = power.power_spec(spec, precision)
+    coeffs = power.default_coeffs(whole)
+
+    def extra(slice_spec: Any, usable_mib: float, mem_fraction: float) -> dict[str, Any]:
+        sms = int(getattr(slice_spec, "sms", 0))
+        ps, co = power.slice_power(whole, coeffs, sms, mem_fraction)
+        m = resource_metrics(graph, proto, timeline_on(slice_spec), slice_spec, mode=mode, precision=precision,
+                             optimizer=optimizer, power_limit_w=power_limit_w, capacity_mib=usable_mib,
+                             power_spec=ps, power_coeffs=co)
+        mem = m["peak_mem_mb"]
+        return {"peak_mem_mb": {"value": mem["value"], "unit": "MiB", "fits": mem["fits"],
+                                "views": {k: v["value"] for k, v in mem["views"].items()}},
+                "sm_util_pct": {k: m["sm_util_pct"][k]["value"] for k in ("nvml", "sm_active")},
+                "energy_j": m["energy_j"]["value"], "power_w": m["power_w"]["value"],
+                "throttle": m["throttle"]}
+    return extra

@@ -79,17 +79,3 @@ def host_ms(table: KernelTable, mode: str, scale: float = 1.0) -> np.ndarray:
 def total_ms(gpu_ms: float, host_total_ms: float) -> float:
     """The step from the GPU's busy time and the host's (module doc)."""
     return float((gpu_ms ** SMOOTH_P + host_total_ms ** SMOOTH_P) ** (1.0 / SMOOTH_P))
-
-
-def gaps_ms(kernel_ms: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """Idle GPU time before each kernel: a one-stream simulation in which
-    the host issues op after op and each kernel starts when both the host
-    has issued it and the GPU is free."""
-    cpu = gpu = 0.0
-    out = np.zeros(len(kernel_ms))
-    for j, (t, h) in enumerate(zip(kernel_ms.tolist(), host.tolist())):
-        cpu += h
-        start = max(cpu, gpu)
-        out[j] = start - gpu if j else 0.0
-        gpu = start + t
-    return out

@@ -18,13 +18,12 @@ from typing import Any
 
 import onnx
 
-from perfseer_rt.errors import DeviceError, MetricError, ModelLoadError, PerfSeerError, ShapeError
-from perfseer_rt.gpu.mig_advice import USABLE_FRACTION
+from perfseer_rt.errors import MetricError, ModelLoadError, PerfSeerError, ShapeError
 from perfseer_rt.graph.extract import extract
 from perfseer_rt.predict import registry
 from perfseer_rt.predict.api import predict
 from perfseer_rt.predict.implementations import implementation
-from perfseer_rt.predict.mig import MIG_PROFILES
+from perfseer_rt.predict.mig import find_profile, usable_mib
 from perfseer_rt.predict.train_mode import predictor_for
 
 #: The largest value :func:`fit` tries (2**16).
@@ -87,12 +86,7 @@ def slice_memory(device: str | None, mig_profile: str | None, max_memory_mb: flo
     """
     if max_memory_mb is not None or mig_profile is None:
         return max_memory_mb
-    table = registry.get_predictor(device).mig_gpu
-    profiles = {p.name: p for p in MIG_PROFILES.get(table or "", ())}
-    if mig_profile not in profiles:
-        raise DeviceError(f"MIG profile {mig_profile!r}: device {device!r} has "
-                          f"{', '.join(profiles) or 'no MIG'}")
-    return profiles[mig_profile].memory_gb * 1024.0 * USABLE_FRACTION
+    return usable_mib(find_profile(registry.get_predictor(device).mig_gpu, mig_profile).memory_gb)
 
 
 def judge(result: dict[str, Any], limits: dict[str, float]) -> list[dict[str, Any]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perfseer_rt.errors import DeviceError
+
 
 @dataclass(frozen=True)
 class MigProfile:
@@ -36,6 +38,9 @@ MIG_PROFILES: dict[str, tuple[MigProfile, ...]] = {
                    MigProfile("4g.71gb", 4, 71), MigProfile("7g.141gb", 7, 141)),
 }
 
+#: Usable share of an instance's nominal memory (an A100-40GB ``1g.5gb``
+#: instance reports 4864 MiB = 95 % of 5 GiB; an assumption for the others).
+USABLE_FRACTION = 0.95
 #: Least safety margin over the predicted memory (fraction).
 MIN_MARGIN = 0.10
 
@@ -60,3 +65,30 @@ def suggest(gpu: str, predicted_mem_mb: float, margin: float) -> dict[str, Any]:
                     "margin": round(margin, 3)}
     return {"gpu": gpu, "profile": None, "required_mb": round(need_mb, 1),
             "margin": round(margin, 3), "reason": "does not fit the whole GPU"}
+
+
+def find_profile(gpu: str | None, profile: str) -> Any:
+    """The :class:`~perfseer_rt.predict.mig.MigProfile` named ``profile`` in
+    MIG table ``gpu`` (None: a GPU without MIG).
+
+    Raises:
+        DeviceError: no MIG table, or a profile the table does not have.
+    """
+    table = MIG_PROFILES.get(gpu or "")
+    if not table:
+        raise DeviceError(f"MIG profile {profile!r}: {gpu or 'this GPU'} has no MIG "
+                          f"(MIG tables: {', '.join(MIG_PROFILES)})")
+    for p in table:
+        if p.name == profile:
+            return p
+    raise DeviceError(f"MIG profile {profile!r} is not one of {gpu}'s: " + ", ".join(p.name for p in table))
+
+
+def usable_mib(memory_gb: float) -> float:
+    """Usable MiB of an instance of ``memory_gb`` nominal GB (module doc)."""
+    return memory_gb * 1024.0 * USABLE_FRACTION
+
+
+def mem_fraction(gpu: str, memory_gb: float) -> float:
+    """An instance's share of the whole GPU's memory (and bandwidth, L2)."""
+    return memory_gb / MIG_PROFILES[gpu][-1].memory_gb
