@@ -149,7 +149,7 @@ def test_a_mig_slice_is_a_budget_for_check_and_fit(tfm_path):
     small = check(tfm_path, "a100-80gb-sxm", batch=4, mig_profile="1g.10gb", max_latency_ms=1e6)
     (mem,) = [c for c in small["checks"] if c["metric"] == "peak_mem_mb"]
     assert mem["limit"] == pytest.approx(10 * 1024 * 0.95) and small["prediction"]["device"].endswith("[1g.10gb]")
-    one, seven = (fit(tfm_path, "a100-80gb-sxm", max_memory_mb=None, mig_profile=p, max_value=4096)["value"]
+    one, seven = (fit(tfm_path, "a100-80gb-sxm", max_memory_mb=None, mig_profile=p, max_value=1 << 20)["value"]
                   for p in ("1g.10gb", "7g.80gb"))
     assert one is not None and seven > one
     code, out, err = _run("fit", tfm_path, "--device", "a100-80gb-sxm", "--mig-profile", "2g.20gb", "--json")

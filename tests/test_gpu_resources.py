@@ -4,39 +4,23 @@ import numpy as np
 import pytest
 
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.gpu import memory, mig_advice, resources
-from perfseer_rt.gpu.kernels import map_graph
+from perfseer_rt.gpu import memory, mig_advice, resources, step
+from perfseer_rt.gpu.precision import get_precision
 from perfseer_rt.gpu.specs import GpuSpec
-from perfseer_rt.gpu.timeline import KernelTimeline, grid_ctas
+from perfseer_rt.gpu.timeline import from_step, host_gaps
 from perfseer_rt.graph import extract
 from perfseer_rt.graph.load import load_model
 
 
-class Spec(GpuSpec):
-    """The prior's spec sheet plus the board power the power model needs."""
-
-    tdp_w = 400.0
-
-
-A100 = Spec("NVIDIA A100-SXM4-40GB", 40, 1555, 108, 64, 1410, 19500, 40, tc16_gflops=312000)
+A100 = GpuSpec("NVIDIA A100-SXM4-40GB", 40, 1555, 108, 64, 1410, 19500, 40, tc16_gflops=312000, tdp_w=400.0)
 
 
 def timeline_for(graph, spec):
-    """A roofline timeline of the graph's kernels on ``spec`` (a stand-in for the latency predictor's)."""
-    k = map_graph(graph)
-    fams, flops, nbytes, ctas = [], [], [], []
-    for fam, shape in k.shapes.items():
-        for i in range(len(shape["flops"])):
-            fams.append(fam)
-            flops.append(shape["flops"][i])
-            nbytes.append(shape["bytes"][i])
-            if "m" in shape:
-                ctas.append(grid_ctas(fam, m=shape["m"][i], n=shape["n"][i], batch=shape["batch"][i]))
-            else:
-                ctas.append(grid_ctas(fam, elems=shape["bytes"][i] / 8))
-    flops, nbytes = np.array(flops), np.array(nbytes)
-    busy = np.maximum(flops / (spec.fp32_gflops * 1e6), nbytes / (spec.mem_bw_gbs * 1e6)) + 0.003
-    return KernelTimeline(fams, busy, flops, nbytes, np.array(ctas), np.full(len(fams), 0.004))
+    """A roofline timeline of the graph's forward kernels on ``spec`` (a stand-in for the latency predictor's)."""
+    table = step.kernels(graph, step.StepConfig(get_precision("fp32")))
+    busy = np.maximum(table["flops"] / (spec.fp32_gflops * 1e6), table["bytes"] / (spec.mem_bw_gbs * 1e6)) + 0.003
+    host = np.full(len(table), 0.004)
+    return from_step(table, busy, host, float(busy.sum() + host_gaps(busy, host).sum()))
 
 
 @pytest.fixture(scope="module")
@@ -92,5 +76,5 @@ def test_a_mig_profile_is_a_budget(cnn):
     assert not memory.predict_memory(big, proto, b["spec"], mode="train", capacity_mib=b["usable_mib"]).fits
     with pytest.raises(PerfSeerError, match="3g.40gb"):
         mig_advice.profile_budget("a100-40gb", A100, "3g.40gb")
-    with pytest.raises(PerfSeerError, match="MIG profiles"):
+    with pytest.raises(PerfSeerError, match="no MIG"):
         mig_advice.profile_budget("t4", A100, "1g.5gb")

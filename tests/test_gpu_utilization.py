@@ -4,8 +4,12 @@ import numpy as np
 import pytest
 
 from perfseer_rt.errors import PerfSeerError
-from perfseer_rt.gpu.timeline import KernelTimeline, grid_ctas, host_gaps
+from perfseer_rt.gpu import step as S
+from perfseer_rt.gpu.precision import get_precision
+from perfseer_rt.gpu.timeline import KernelTimeline, concat, from_step, grid_ctas, host_gaps
 from perfseer_rt.gpu.utilization import sm_active_fraction, utilization
+from perfseer_rt.graph import extract
+from tests.gpu_models import transformer
 
 
 def tl(busy, ctas, gaps=None, **kw):
@@ -72,17 +76,24 @@ def test_bad_timelines_are_refused():
         utilization(tl([1.0], [10]), sms=0)
 
 
-def test_a_timeline_from_the_latency_predictors_kernels():
-    from perfseer_rt.gpu.kernels import map_graph
-    from perfseer_rt.gpu.timeline import concat, from_kernels
-    from perfseer_rt.graph import extract
-    from tests.gpu_models import transformer
-
-    k = map_graph(extract(transformer(seq=64, dim=64, heads=4, layers=1), batch=2))
-    busy = {fam: np.full(len(nodes), 0.01) for fam, nodes in k.nodes.items()}
-    t = from_kernels(k, busy, host_ms=0.02, tensor_cores=True)
-    assert len(t) == k.count and t.busy_total_ms == pytest.approx(0.01 * k.count)
-    assert t.gap_ms.sum() > 0                 # launch-bound: the host is slower than the kernels
-    assert t.tensor_core[[f == "linear" for f in t.family]].all()
-    step = concat([t, t], tail_gap_ms=0.5)
-    assert len(step) == 2 * len(t) and step.total_ms == pytest.approx(2 * t.total_ms + 0.5)
+def test_a_timeline_from_the_latency_predictors_step():
+    """The predictor's step becomes a timeline that lasts the step's
+    predicted time: host-bound gaps stretched to it, tensor-core kernels
+    where the step's precision puts them."""
+    graph = extract(transformer(seq=64, dim=64, heads=4, layers=1), batch=2)
+    table = S.kernels(graph, S.StepConfig(get_precision("amp-fp16")))
+    busy = np.full(len(table), 0.01)
+    host = np.full(len(table), 0.02)
+    total = 1.5 * float(host.sum())
+    t = from_step(table, busy, host, total)
+    assert len(t) == len(table) and t.busy_total_ms == pytest.approx(0.01 * len(table))
+    assert t.total_ms == pytest.approx(total)  # launch-bound: the gaps fill the step
+    assert t.gap_ms.sum() > 0
+    gemm = np.isin(table["family"], ["linear", "bmm"])
+    assert t.tensor_core[gemm].all() and not t.tensor_core[~gemm].any()
+    strict = S.kernels(graph, S.StepConfig(get_precision("fp32-strict")))
+    n = len(strict)
+    fp32 = from_step(strict, np.full(n, 0.01), np.full(n, 0.02), total)
+    assert not fp32.tensor_core.any()
+    both = concat([t, t], tail_gap_ms=0.5)
+    assert len(both) == 2 * len(t) and both.total_ms == pytest.approx(2 * t.total_ms + 0.5)

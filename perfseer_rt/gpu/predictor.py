@@ -52,6 +52,15 @@ class Step:
     total_ms: float
 
 
+def energy_mj(block: dict[str, Any]) -> dict[str, Any]:
+    """The ``energy_j`` block of :mod:`perfseer_rt.gpu.power` in mJ: the
+    unit and key ``perfseer-rt profile`` reports (``energy_mj``), so a
+    prediction and a measurement compare as they are."""
+    out = {k: v for k, v in block.items() if k not in ("value", "value_mj", "unit", "parts")}
+    return {"value": block["value_mj"], "unit": "mJ", **out,
+            "parts_mj": {k: round(v * 1e3, 3) for k, v in block.get("parts", {}).items()}}
+
+
 class GpuPredictor:
     """What both GPU implementations share; subclasses price kernels."""
 
@@ -117,7 +126,7 @@ class GpuPredictor:
 
     def metric_names(self, mode: str) -> list[str]:
         return ["step_ms" if mode == "train" else "latency_ms", "peak_mem_mb", "sm_util_pct",
-                "energy_j", "power_w"]
+                "energy_mj", "power_w"]
 
     def predict(self, models: list[Any], request: Request) -> list[dict[str, Any]]:
         cfg = self.config(request)
@@ -149,7 +158,8 @@ class GpuPredictor:
                                    mig_advice.mem_fraction(str(self.sheet.mig), p.memory_gb)))
         factor = float(res["throttle"]["latency_factor"])
         metrics = {time_metric: self._time_block(st, factor, cfg), "peak_mem_mb": res["peak_mem_mb"],
-                   "sm_util_pct": res["sm_util_pct"], "energy_j": res["energy_j"], "power_w": res["power_w"]}
+                   "sm_util_pct": res["sm_util_pct"], "energy_mj": energy_mj(res["energy_j"]),
+                   "power_w": res["power_w"]}
         result: dict[str, Any] = {
             "model": os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<in-memory>",
             "device": self.pred.device + (f" [{request.mig_profile}]" if request.mig_profile else ""),
@@ -233,7 +243,7 @@ class GpuPredictor:
                     "peak_mem_mb": {"value": mem["value"], "unit": "MiB", "fits": mem["fits"],
                                     "views": {k: v["value"] for k, v in mem["views"].items()}},
                     "sm_util_pct": {k: m["sm_util_pct"][k]["value"] for k in ("nvml", "sm_active")},
-                    "energy_j": m["energy_j"]["value"], "power_w": m["power_w"]["value"]}
+                    "energy_mj": m["energy_j"]["value_mj"], "power_w": m["power_w"]["value"]}
         return mig_advice.advise(table, self.spec, peak_mib, margin_for(None), latency_on, extra_on)
 
     def info(self) -> dict[str, Any]:
