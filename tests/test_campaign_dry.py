@@ -146,7 +146,8 @@ def test_gpu_shaped_records_train_a_predictor_the_runtime_loads(tmp_path, monkey
     monkeypatch.setattr(registry, "models_root", lambda: tmp_path / "models")
     registry.predictors.cache_clear()
     try:
-        [res] = api.predict(ROOT / "examples/resnet18.onnx", batch=2, device="cpu-1t-dry-run")
+        # ResNet-18 lies far outside the dry run's tiny generated models: predicted anyway, flagged
+        [res] = api.predict(ROOT / "examples/resnet18.onnx", batch=2, device="cpu-1t-dry-run", extrapolate=True)
     finally:
         registry.predictors.cache_clear()
     assert res["metrics"]["latency_ms"]["value"] > 0 and res["metrics"]["peak_mem_mb"]["unit"]

@@ -11,7 +11,6 @@ from perfseer_rt.gpu.timeline import from_step, host_gaps
 from perfseer_rt.graph import extract
 from perfseer_rt.graph.load import load_model
 
-
 A100 = GpuSpec("NVIDIA A100-SXM4-40GB", 40, 1555, 108, 64, 1410, 19500, 40, tc16_gflops=312000, tdp_w=400.0)
 
 

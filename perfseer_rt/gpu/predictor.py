@@ -34,7 +34,7 @@ from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.graph.extract import general_warnings
 from perfseer_rt.predict.interface import Request, register
-from perfseer_rt.predict.mig import margin_for
+from perfseer_rt.predict.mig import find_profile, margin_for, mem_fraction, usable_mib
 from perfseer_rt.predict.registry import Predictor
 
 LAYOUTS = ("nchw", "nhwc")
@@ -110,7 +110,7 @@ class GpuPredictor:
         if profile is None:
             return self.spec
         table = self.mig_table(profile)
-        p = mig_advice.find_profile(table, profile)
+        p = find_profile(table, profile)
         return mig_advice.slice_spec(table, self.spec, p.slices, p.memory_gb)
 
     def mig_table(self, profile: str) -> str:
@@ -152,10 +152,10 @@ class GpuPredictor:
         if request.mig_profile is None:
             res = self._resources(graph, proto, st, cfg, self.spec, request.power_limit_w)
         else:
-            p = mig_advice.find_profile(self.mig_table(request.mig_profile), request.mig_profile)
+            p = find_profile(self.mig_table(request.mig_profile), request.mig_profile)
             res = self._resources(graph, proto, st, cfg, spec, request.power_limit_w,
-                                  (mig_advice.usable_mib(p.memory_gb),
-                                   mig_advice.mem_fraction(str(self.sheet.mig), p.memory_gb)))
+                                  (usable_mib(p.memory_gb),
+                                   mem_fraction(str(self.sheet.mig), p.memory_gb)))
         factor = float(res["throttle"]["latency_factor"])
         metrics = {time_metric: self._time_block(st, factor, cfg), "peak_mem_mb": res["peak_mem_mb"],
                    "sm_util_pct": res["sm_util_pct"], "energy_mj": energy_mj(res["energy_j"]),

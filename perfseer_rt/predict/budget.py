@@ -122,11 +122,10 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
         PerfSeerError: no limit given, a limit not positive, a metric the
         device does not predict, or any bad model / device as in ``predict``.
     """
-    gpu = {"precision": precision, "optimizer": optimizer, "layout": layout, "power_limit_w": power_limit_w,
-           "mig_profile": mig_profile}
     limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     [result] = predict([model], batch=batch, device=device, input_shapes=input_shapes,
-                       model=predictor_model, mode=mode, dims=dims, **gpu)
+                       model=predictor_model, mode=mode, dims=dims, precision=precision, optimizer=optimizer,
+                       layout=layout, power_limit_w=power_limit_w, mig_profile=mig_profile)
     checks = judge(result, limits)
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 
@@ -189,8 +188,6 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
     holding the answer's memory. GPU options and ``mig_profile`` as :func:`check`
     (``max_memory_mb`` may then be None: the slice's usable memory).
     """
-    gpu = {"precision": precision, "optimizer": optimizer, "layout": layout, "power_limit_w": power_limit_w,
-           "mig_profile": mig_profile}
     limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
@@ -202,7 +199,8 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
                 g = extract(model, batch=value)
             else:
                 g = extract(model, input_shapes=dim_shapes(model, dim, value, batch))
-            [r] = predict([g], device=device, model=predictor_model, mode=mode, **gpu)
+            [r] = predict([g], device=device, model=predictor_model, mode=mode, precision=precision,
+                          optimizer=optimizer, layout=layout, power_limit_w=power_limit_w, mig_profile=mig_profile)
             r["model"] = os.fspath(model) if isinstance(model, (str, os.PathLike)) \
                 else "<in-memory>"
             tried[value] = (all(c["ok"] for c in judge(r, limits)), r)

@@ -119,6 +119,7 @@ def _composition(tr: AllocTrace, ev: list[Event], at: int, labels: dict[int, str
 
 def environment() -> dict[str, str]:
     """What the record was measured with."""
+    # lazy: timm and transformers, loaded only when their models are traced
     import timm
     import transformers
     return {"torch": torch.__version__, "timm": timm.__version__, "transformers": transformers.__version__,

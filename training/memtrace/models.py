@@ -45,6 +45,7 @@ class Case:
 def _timm(name: str, **kw: Any) -> Callable[[bool], nn.Module]:
     def build(for_export: bool) -> nn.Module:
         importable_torchvision()
+        # lazy: timm, loaded only when a timm model is built
         import timm
         torch.manual_seed(0)
         m = timm.create_model(name, pretrained=False, num_classes=10, drop_rate=0.0, **kw)

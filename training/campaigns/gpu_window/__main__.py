@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(a: argparse.Namespace) -> int:
+    # lazy: each subcommand loads only its own step (the GPU machine runs `run` alone)
     from training.campaigns.gpu_window import runner
 
     if a.energy_window_s <= 0 or a.max_shards < 1 or a.max_shard_mb <= 0:
@@ -110,18 +111,21 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "run":
             return _run(a)
         if a.cmd == "plan":
+            # lazy: each subcommand loads only its own step (the GPU machine runs `run` alone)
             from training.campaigns.gpu_window import estimate
 
             summary = estimate.summarize(get_plan(a.plan), a.budget_s)
             print(json.dumps(summary, indent=1) if a.json else estimate.render(summary))
             return 0
         if a.cmd == "ingest":
+            # lazy: each subcommand loads only its own step (the GPU machine runs `run` alone)
             from training.campaigns.gpu_window import ingest
 
             doc = ingest.ingest(a.src, a.data, allow_dry_run=a.dry_run)
             print(json.dumps(doc, indent=1))
             return 0
         if a.cmd == "rebuilds":
+            # lazy: each subcommand loads only its own step (the GPU machine runs `run` alone)
             from training.campaigns.gpu_window import ingest, rebuilds
 
             data = a.data if a.data is not None else ingest.DATA
@@ -130,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rebuilds.export_all(data, a.cache)))
             return 0
         if a.cmd == "table":
+            # lazy: each subcommand loads only its own step (the GPU machine runs `run` alone)
             from training.campaigns.gpu_window import table
 
             return table.main()

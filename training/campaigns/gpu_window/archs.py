@@ -208,7 +208,8 @@ def hf_arch(model: str, seq: int, group: str, tier: int) -> Arch:
 
 def zoo_archs(tier: int) -> list[Arch]:
     """The zoo draws of ``tier`` (tier 2 continues each family's seeded sequence)."""
-    from training.zoo import sample_many, to_spec  # the zoo imports torch: only when asked
+    # lazy: the zoo imports torch, needed only when zoo architectures are asked for
+    from training.zoo import sample_many, to_spec
 
     out = []
     for fam, (n1, n2, kind) in ZOO_FAMILIES.items():
@@ -243,6 +244,7 @@ def archs(tier: int) -> tuple[Arch, ...]:
 
 def dry_archs() -> tuple[Arch, ...]:
     """Tiny architectures for the CPU dry run (same sources, same code paths)."""
+    # lazy: the zoo imports torch, needed only when zoo architectures are asked for
     from training.zoo import ModelConfig, to_spec
 
     zoo = [ModelConfig("resnet", {"depth": 18, "width": 0.125, "res": 32}),

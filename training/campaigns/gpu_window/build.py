@@ -97,6 +97,7 @@ def autocast(precision: str, device: torch.device) -> ContextManager[Any]:
 
 
 def _hf_module(name: str) -> tuple[torch.nn.Module, str]:
+    # lazy: torch, timm and transformers, loaded by the builder that needs them
     from training.zoo.real import hf_text
 
     transformers = hf_text.import_transformers()
@@ -129,6 +130,7 @@ def build_module(arch: Arch, device: torch.device) -> tuple[torch.nn.Module, dic
     t0 = time.perf_counter()
     info: dict[str, Any] = {}
     if arch.family == "timm":
+        # lazy: torch, timm and transformers, loaded by the builder that needs them
         from training.publicgpu.export_one import build as timm_build
 
         with torch.device(device):
@@ -140,6 +142,7 @@ def build_module(arch: Arch, device: torch.device) -> tuple[torch.nn.Module, dic
             module, attn = _hf_module(arch.params["model"])
         info.update(how=f"training.zoo.real.hf_text config, attn_implementation={attn}", attention=attn)
     else:
+        # lazy: torch, timm and transformers, loaded by the builder that needs them
         from training.zoo import ModelConfig, build_model
 
         module = build_model(ModelConfig(arch.family, arch.params)).to(device)
@@ -153,6 +156,7 @@ def build_module(arch: Arch, device: torch.device) -> tuple[torch.nn.Module, dic
 
 def input_specs(arch: Arch, batch: int) -> list[tuple[str, tuple[int, ...], str, int | None]]:
     """``(name, shape, dtype, high)`` of the model's inputs (the zoo's ``io``)."""
+    # lazy: torch, timm and transformers, loaded by the builder that needs them
     from training.zoo.registry import get_family
 
     ins, _ = get_family(arch.family).io(arch.params, batch)

@@ -36,6 +36,7 @@ def label_fields(rec: dict[str, Any]) -> dict[str, Any]:
     """
     if rec.get("measured_by") != "us" or rec.get("status") != "ok":
         raise ValueError(f"record {rec.get('key')!r}: not an ok measurement of ours")
+    # lazy: the spec sheets, read only when labels are made
     from perfseer_rt.gpu.spec_store import shipped_gpu_specs
 
     sheets = {sheet.name: key for key, (_, sheet) in shipped_gpu_specs().items()}

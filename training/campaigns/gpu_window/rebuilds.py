@@ -32,6 +32,7 @@ def wanted(data: Path) -> dict[str, dict[str, Any]]:
 
 
 def export_all(data: Path, cache: Path) -> dict[str, int]:
+    # lazy: the zoo imports torch, needed only for zoo rebuilds
     from training.zoo import ModelConfig, export_onnx
 
     counts = {"exported": 0, "present": 0, "failed": 0}

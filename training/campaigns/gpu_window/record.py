@@ -100,6 +100,7 @@ def device_key(gpu_name: str | None) -> str:
     """Our key of the GPU the driver names (the shipped spec sheet), else a slug."""
     if not gpu_name:
         return "cpu"
+    # lazy: torch, NVML and the spec sheets, read only on the machine that measures
     from perfseer_rt.gpu.spec_store import shipped_gpu_specs
 
     for key, (_, sheet) in shipped_gpu_specs().items():
@@ -112,6 +113,7 @@ def gpu_limits(index: int = 0) -> dict[str, Any]:
     """Clocks (max, application, default application, MHz), power limits (W),
     persistence mode and GPM support through NVML; {} without a driver."""
     try:
+        # lazy: torch, NVML and the spec sheets, read only on the machine that measures
         import pynvml as nv
 
         nv.nvmlInit()
@@ -143,6 +145,7 @@ def environment(device_index: int = 0) -> dict[str, Any]:
     driver, CUDA driver version, memory, power limit, onnx/onnxruntime/numpy),
     the GPU's clocks and limits, and torch, CUDA runtime, cuDNN, timm,
     transformers and nvidia-ml-py versions."""
+    # lazy: torch, NVML and the spec sheets, read only on the machine that measures
     import torch
 
     from perfseer_rt.profile.env import environment as base_env
@@ -165,6 +168,7 @@ def base_record(cfg: Config, env: dict[str, Any], device: str, run: dict[str, An
                 build_info: dict[str, Any]) -> dict[str, Any]:
     """The fields that do not depend on the outcome."""
     a, s = cfg.arch, cfg.setting
+    # lazy: torch, NVML and the spec sheets, read only on the machine that measures
     from training.campaigns.gpu_window.build import input_specs
 
     arch_id = arch_id_of(a.family, a.params)

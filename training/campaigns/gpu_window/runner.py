@@ -137,6 +137,7 @@ class Progress:
 
 def context_mb(gpu: nvml.Device | None, device: torch.device) -> float | None:
     """NVML process memory after CUDA, cuBLAS and cuDNN are initialised, before any model."""
+    # lazy: torch, loaded only when a GPU run starts
     from training.profile_train import prime_cpu, prime_cuda
 
     if gpu is None:
