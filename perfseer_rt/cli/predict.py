@@ -184,7 +184,7 @@ def devices(ctx: click.Context, as_json: bool) -> None:
                        f"{r['leave_one_gpu_out']['mape']:.1f} % (reports/gpu-prior)")
         if r.get("whole_model"):
             w = r["whole_model"]
-            click.echo(f"  whole-model latency MAPE: {w['mape']:.1f} % on {w['labels']} transformers "
+            click.echo(f"  whole-model latency MAPE: {w['mape']:.1f} % on {w['labels']} timings "
                        f"measured by others ({w['source']})")
         for x in r["metrics"]:
             mape = "n/a" if x["test_mape_pct"] is None else f"{x['test_mape_pct']:.2f} %"

@@ -11,6 +11,7 @@ nothing is written. Older device names stay accepted as :data:`ALIASES`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,35 @@ MODELS = ({"name": "learned", "file": "_gpu_learned/learned.json",
            "description": "the NeuSight kernel prior alone (fp32 operator measurements by others)"})
 
 
-def manifest(name: str, sheet: SpecSheet, source: str, user: bool) -> dict[str, Any]:
-    """The in-memory manifest of the GPU entry ``name``."""
-    return {"format": "perfseer-rt-predictor/1", "kind": KIND, "version": VERSION,
+def held_out_accuracy(models_root: Path) -> dict[str, Any]:
+    """The manifest's ``accuracy`` and ``training_data`` from the learned
+    layer's record (``_gpu_learned/learned.json``): its held-out
+    whole-model latency error with the GPU held out, for both models
+    (``prior``: the kernel prior on the same labels), on public timings
+    measured by others; empty where the record has none."""
+    doc = json.loads((models_root / MODELS[0]["file"]).read_text())
+    acc = doc.get("accuracy") or {}
+    trained = doc.get("trained") or {}
+    logo, prior = acc.get("leave_one_gpu_out"), acc.get("prior")
+    if not logo:
+        return {}
+    split = "whole-model timings measured by others, each GPU held out (reports/gpu-learned)"
+
+    def block(a: dict[str, Any]) -> dict[str, Any]:
+        return {"latency_ms": {"mape": a["mape"], "within_10": a["within_10"], "count": a["n"], "split": split}}
+    return {"accuracy": {"test": {"learned": block(logo), **({"prior": block(prior)} if prior else {})},
+                         "whole_model": {"mape": logo["mape"], "labels": logo["n"],
+                                         "source": "public timm and NeuSight runs, GPU held out; "
+                                                   f"architecture family held out {acc['family_held_out']['mape']} %"
+                                         if acc.get("family_held_out") else "public timm and NeuSight runs"}},
+            "training_data": {"configurations": trained.get("labels"), "gpus": trained.get("gpus")}}
+
+
+def manifest(name: str, sheet: SpecSheet, source: str, user: bool,
+             accuracy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The in-memory manifest of the GPU entry ``name`` (``accuracy``: the
+    keys of :func:`held_out_accuracy`)."""
+    return {**(accuracy or {}), "format": "perfseer-rt-predictor/1", "kind": KIND, "version": VERSION,
             "device": {"name": name, "description": f"{sheet.name} (spec sheet: {source})"},
             "feature_version": layout.FEATURE_VERSION, "runtime": RUNTIME,
             "spec_sheet": sheet.to_dict(), "spec_source": source, "user": user,
@@ -51,11 +78,12 @@ def gpu_entries(models_root: Path, user_root: Path) -> list[tuple[str, Path, dic
     models (``_gpu_learned`` and ``_gpu_prior``)."""
     if not all((models_root / m["file"]).is_file() for m in MODELS):
         return []
-    out = [(name, models_root, manifest(name, sheet, f"shipped {path.name}", False))
+    acc = held_out_accuracy(models_root)
+    out = [(name, models_root, manifest(name, sheet, f"shipped {path.name}", False, acc))
            for name, (path, sheet) in shipped_gpu_specs().items()]
     shipped = {name for name, _, _ in out}
     rows = [(n, f, m, False) for n, f, m in out]
     for name, (path, sheet) in user_gpu_specs(user_root).items():
         if name not in shipped and name not in ALIASES:
-            rows.append((name, models_root, manifest(name, sheet, str(path), True), True))
+            rows.append((name, models_root, manifest(name, sheet, str(path), True, acc), True))
     return rows

@@ -163,8 +163,9 @@ def summary(device: str) -> dict[str, Any] | None:
         if base is None or base.kind not in registry.GPU_KINDS:
             return None
         return {"description": GPU_STEP,
-                "metrics": [{"name": "step_ms", "unit": "ms", "test_mape_pct": None},
-                            {"name": "peak_mem_mb", "unit": "MiB", "test_mape_pct": None}]}
+                "metrics": [{"name": "step_ms", "unit": "ms", "test_mape_pct": None}]
+                + [{"name": m["name"], "unit": m["unit"], "test_mape_pct": None}
+                   for m in base.manifest["metrics"] if m["name"] != "latency_ms"]}
     return {"description": description(pred),
             "metrics": [{"name": m, "unit": pred.unit(m).replace("MB", "MiB"),
                          "test_mape_pct": pred.test_accuracy(m).get("mape")} for m in pred.metrics]}
