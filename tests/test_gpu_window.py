@@ -32,6 +32,7 @@ from training.campaigns.gpu_window.measure import Stepper, Timing
 from training.campaigns.gpu_window.plan import PHASES, dry_plan, window_plan
 from training.campaigns.gpu_window.rebuilds import export_all
 from training.campaigns.gpu_window.shards import ShardsFull, ShardWriter, read_records
+from training.gpulearned.labels import our_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = "resnet,bert"  # the zoo's tiny dry-run models: no timm / transformers import
@@ -192,6 +193,9 @@ def test_records_become_learned_layer_labels_with_rebuilds(window, tmp_path):
         assert extract(str(cache / f["onnx"]), batch=f["batch"]).num_nodes > 0
     with pytest.raises(ValueError):
         label_fields(next(r for r in read_records(window)[0] if r["status"] == "oom"))
+    labels, skipped = our_labels(data, cache)  # what `python -m training.gpulearned --ours` trains on
+    assert labels and all(lab.source == "ours" and Path(lab.onnx).is_file() for lab in labels)
+    assert len(labels) + skipped["ours: no rebuild yet"] == len(ok)  # timm rebuilds are not in this cache
 
 
 def test_shards_rotate_stop_at_the_file_limit_and_skip_a_torn_line(tmp_path):

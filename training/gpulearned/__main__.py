@@ -44,13 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.gpulearned", description=__doc__.split("\n")[0])
     ap.add_argument("step", choices=("cv", "export"))
     ap.add_argument("--data", type=Path, default=dataset.LB.DATA, help="records (default data/public-gpu)")
+    ap.add_argument("--ours", type=Path, default=dataset.LB.OURS,
+                    help="our own GPU records, measured by us (default data/gpu; absent: none)")
     ap.add_argument("--cache", type=Path, required=True, help="rebuilt ONNX models and the kernel-data cache")
     ap.add_argument("--epochs", type=int, default=FT.FitConfig.epochs)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--export", type=Path, default=EXPORT)
     args = ap.parse_args(argv)
     prior = load_prior(str(REPO / "exported_models" / "_gpu_prior"))
-    labels, data, skipped = dataset.build(args.data, args.cache, prior)
+    labels, data, skipped = dataset.build(args.data, args.cache, prior, ours=args.ours)
     if not labels:
         print("no labels with rebuilt models: run `python -m training.publicgpu export` first", file=sys.stderr)
         return 2
@@ -68,10 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = FT.fit(data, y, groups, cfg, progress=True)
     cv = json.loads((args.out / "cv.json").read_text()) if (args.out / "cv.json").is_file() else None
+    ours = sum(lab.source == "ours" for lab in labels)
     summary = {"provenance": "whole-model latencies measured by others: timm's RTX 3090/4090 benchmark "
-                             "CSVs (AMP fp16) and NeuSight's transformer runs (fp32, 8 NVIDIA GPUs); "
-                             "not measured by us",
-               "trained": {"labels": len(labels), "date": date.today().isoformat(), "epochs": args.epochs,
+                             "CSVs (AMP fp16) and NeuSight's transformer runs (fp32, 8 NVIDIA GPUs)"
+                             + (f"; and {ours} of our own GPU records (data/gpu, measured by us)" if ours
+                                else "; not measured by us"),
+               "trained": {"labels": len(labels), "ours": ours, "date": date.today().isoformat(), "epochs": args.epochs,
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}

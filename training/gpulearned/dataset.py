@@ -42,10 +42,16 @@ def _save(path: Path, d: LabelData) -> None:
     tmp.replace(path)
 
 
-def build(root: Path, cache: Path, prior: Prior, progress: bool = True
+def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Path | None = None
           ) -> tuple[list[Label], list[LabelData], dict[str, int]]:
-    """Labels and their kernel data (cached); counts of what was skipped."""
+    """Labels and their kernel data (cached); counts of what was skipped.
+    ``root``: the public records (measured by others); ``ours``: our own
+    GPU records (``data/gpu``), added as source ``"ours"`` when given."""
     timm, neusight, skipped = LB.load(root, cache)
+    if ours is not None:
+        mine, skipped_ours = LB.our_labels(ours, cache)
+        timm += mine
+        skipped.update(skipped_ours)
     folder = cache / "gpulearned" / LF.FEATURE_VERSION
     folder.mkdir(parents=True, exist_ok=True)
     out_labels: list[Label] = []

@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Iterator
 
 from perfseer_rt.gpu.spec_store import shipped_gpu_specs
+from training.campaigns.gpu_window.label_fields import label_fields
 from training.gpulearned.tables import Label
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data" / "public-gpu"
+#: Our own GPU records (measured by us with the GPU window; kept apart from ``DATA``).
+OURS = REPO / "data" / "gpu"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,28 @@ def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSig
             else:
                 neusight.append(got)
     return timm, neusight, skipped
+
+
+def our_labels(root: Path, cache: Path) -> tuple[list[Label], Counter]:
+    """Labels of our own GPU records under ``root`` (``data/gpu``: measured
+    by us with :mod:`training.campaigns.gpu_window`; source ``"ours"``), each
+    whose structure-only rebuild is in ``cache``; counts of what was skipped."""
+    out: list[Label] = []
+    skipped: Counter = Counter()
+    if not root.is_dir():
+        return out, skipped
+    for r in records(root):
+        try:
+            fields = label_fields(r)
+        except ValueError:
+            skipped["ours: not a measurement of ours"] += 1
+            continue
+        path = cache / fields.pop("onnx")
+        if not path.is_file():
+            skipped["ours: no rebuild yet"] += 1
+            continue
+        out.append(Label(str(path), **fields))
+    return out, skipped
 
 
 def layer_exports(model: NeuSightModel, mode: str, cache: Path) -> dict[int, str]:

@@ -58,6 +58,7 @@ def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, 
     ok = np.isfinite(logo)
     logq = np.quantile(np.log(y[ok] / logo[ok]), [(1 - COVERAGE) / 2, (1 + COVERAGE) / 2])
     doc = {"command": command, "fit": asdict(cfg), "skipped": skipped,
+           "ours": sum(lab.source == "ours" for lab in labels),
            "overall": {k: stats(p, y) for k, p in preds.items()},
            "interval": {"coverage": COVERAGE, "log_q": [round(float(v), 4) for v in logq]},
            "by_source_mode_precision": breakdown(labels, y, preds,
@@ -95,8 +96,10 @@ def markdown(doc: dict[str, Any]) -> str:
              "**Data.** Whole-model latencies measured by others (`data/public-gpu`): timm's benchmark "
              "CSVs (RTX 3090 / RTX 4090, PyTorch 1.12-2.4 eager, AMP fp16, NCHW and channels-last, "
              "inference and SGD training steps) and NeuSight's five transformers (PyTorch 2.1 eager, fp32, "
-             "eight NVIDIA GPUs, inference and forward + backward). None of these numbers were measured by "
-             "us. Labels whose model is not rebuilt yet are left out: " +
+             "eight NVIDIA GPUs, inference and forward + backward)" + (
+                 f"; and {doc['ours']} records of our own (`data/gpu`, measured by us with the GPU window: "
+                 "source `ours` below)." if doc.get("ours") else ". None of these numbers were measured by us.")
+             + " Labels whose model is not rebuilt yet are left out: " +
              (", ".join(f"{k}: {v}" for k, v in doc["skipped"].items()) or "none") + ".\n",
              "**Predictions.** *prior*: every kernel priced by the NeuSight kernel prior (fp32 single "
              "operators) on the GPU's spec sheet, tensor-core kernels scaled to their peak. *learned*: every "
