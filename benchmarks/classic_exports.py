@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import attempt, bound_check, emit, exported, failures  # noqa: E402
+from benchmarks.real_checks import attempt, bound_check, emit, exported, failures  # noqa: E402
 from training.zoo.real.torchvision_compat import importable_torchvision  # noqa: E402
 
 #: onnx's copies of the classic ONNX Model Zoo architectures.

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.real_exports import bound_check, checked_rows, exported, timed_extract  # noqa: E402
+from benchmarks.real_checks import bound_check, checked_rows, exported, timed_extract  # noqa: E402
 from training.zoo.real.torchvision_compat import import_timm  # noqa: E402
 
 #: Weights above this (bytes) leave protobuf's limit for the onnxruntime check.

@@ -200,8 +200,8 @@ def ssdlite() -> onnx.ModelProto:
 def mixtral_moe() -> onnx.ModelProto:
     """A small Mixtral (8 experts, 2 a token; transformers' eager experts
     loop: a OneHot routing mask, one NonZero per expert), logits, dynamic
-    batch and sequence (benchmarks.real_exports.export_moe)."""
-    from benchmarks.real_exports import export_moe
+    batch and sequence (benchmarks.real_language.export_moe)."""
+    from benchmarks.real_language import export_moe
 
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "m.onnx"

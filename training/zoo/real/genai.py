@@ -5,7 +5,7 @@ model into the ONNX model that onnxruntime-genai runs: GroupQueryAttention
 with a KV cache (its last dim the symbolic ``kv_cache_dim``),
 SkipSimplifiedLayerNormalization and, at int4, MatMulNBits. This builds one
 from a small config with random weights (a few MB), for the extractor's
-real-model checks (``tests/models/build.py``, ``benchmarks/real_exports.py``).
+real-model checks (``tests/models/build.py``, ``benchmarks/real_language.py``).
 
 Needs ``onnxruntime-genai`` (0.18.0 checked), installed with ``--no-deps``
 so that it keeps the onnxruntime in use; it is not a dependency of the
