@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from training.campaigns.gpu_window import estimate
+from training.campaigns.gpu_window import estimate, preflight
 from training.campaigns.gpu_window.__main__ import main
 from training.campaigns.gpu_window.archs import HF_TIER1, HF_TIER2, archs
 from training.campaigns.gpu_window.ingest import ingest
@@ -327,3 +327,28 @@ def test_dry_plan_on_a_gpu(tmp_path):
     assert all(r["env"]["gpu_name"] and r["device"] != "cpu" for r in recs)
     energy = [r for r in ok if r["setup"]["energy_window"]]
     assert energy and all(r["metrics"].get("sm_util_pct") is not None for r in energy)
+
+
+def test_slim_leaves_data_behind_without_touching_files_and_restore_undoes_it(tmp_path):
+    """preflight --slim: data/ and exported_models/ leave what travels (git's
+    tracked + untracked-unignored files); the files stay on disk; --restore
+    gives back a clean checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "-q")
+    for rel in ("training/a.py", "data/big.jsonl", "exported_models/m.onnx", "README.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel * 100)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    assert {n for n, _ in preflight.travelling_files(tmp_path)} == {
+        "training/a.py", "data/big.jsonl", "exported_models/m.onnx", "README.md"}
+    preflight.slim(tmp_path)
+    assert {n for n, _ in preflight.travelling_files(tmp_path)} == {"training/a.py", "README.md"}
+    assert (tmp_path / "data" / "big.jsonl").read_text() == "data/big.jsonl" * 100
+    preflight.restore(tmp_path)
+    assert git("status", "--porcelain") == ""
+    assert len(preflight.travelling_files(tmp_path)) == 4
+    assert preflight.MARK not in (tmp_path / ".git" / "info" / "exclude").read_text()

@@ -5,7 +5,7 @@
     plan [--plan window] [--budget-s 510] [--json]      the plan and its estimated cost on an H100
     table                                                recount the architectures' FLOPs / operators (CPU)
     ingest DIR [--data data/gpu] [--dry-run]             returned records -> data/gpu/<gpu>/<setup>/
-    preflight                                            what the device call sends, and the command
+    preflight [--slim | --restore]                       what the device call sends, and the command
     rebuilds --cache DIR [--data data/gpu]               structure-only ONNX of our hf / zoo records (CPU)
 
 ``run`` is what ``training/campaigns/gpu_window.sh`` starts on the GPU machine
@@ -71,7 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("src", type=Path, help="the folder the device call returned (files_at)")
     i.add_argument("--data", type=Path, default=None, help="destination root (default data/gpu)")
     i.add_argument("--dry-run", action="store_true", help="accept CPU dry-run records (tests only)")
-    sub.add_parser("preflight", help="what the device call sends, and the exact command")
+    pf = sub.add_parser("preflight", help="what the device call sends, and the exact command")
+    how = pf.add_mutually_exclusive_group()
+    how.add_argument("--slim", action="store_true", help="leave data/ and exported_models/ out of the call "
+                     "(git's index and .git/info/exclude; no file on disk is touched)")
+    how.add_argument("--restore", action="store_true", help="undo --slim (run it right after the call)")
     sub.add_parser("table", help="recount arch_table.json (CPU; the cost estimate's input)")
     rb = sub.add_parser("rebuilds", help="structure-only ONNX of our hf / zoo records into --cache")
     rb.add_argument("--cache", type=Path, required=True)
@@ -140,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             return table.main()
         from training.campaigns.gpu_window import preflight
 
+        if a.restore:
+            preflight.restore()
+            print("restored: data/ and exported_models/ are tracked again")
+            return 0
+        if a.slim:
+            preflight.slim()
         return preflight.main()
     except (UsageError, ValueError, FileNotFoundError) as exc:
         print(f"gpu_window: error: {exc}", file=sys.stderr)
