@@ -106,13 +106,18 @@ def parse_list(flag: str, values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _number(text: str) -> float:
+    """``text`` as a float; NaN when it is not a number (every range check fails)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def parse_limit(flag: str, values: Sequence[str]) -> float:
     """A budget: a positive, finite number."""
     text = _one(flag, values)
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise OptionError(f"{flag} {text!r}: expected a positive, finite number")
     return value
@@ -121,10 +126,7 @@ def parse_limit(flag: str, values: Sequence[str]) -> float:
 def parse_power(flag: str, values: Sequence[str]) -> float:
     """A power cap: watts in 1..5000."""
     text = _one(flag, values)
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not 1.0 <= value <= 5000.0:
         raise OptionError(f"{flag} {text!r}: expected watts between 1 and 5000")
     return value
