@@ -245,3 +245,17 @@ def test_gate_hands_out_in_order_and_times_out():
 
     got, left = asyncio.run(main())
     assert sorted(got) == [(0, "a"), (1, "timeout"), (2, "b")] and left == 0
+
+
+def test_a_worker_whose_server_left_ends_quietly():
+    """A worker still warming when the server shuts down finds the pipe
+    closed when it reports ready: it ends (returns) instead of raising
+    BrokenPipeError into the server's log."""
+    import multiprocessing as mp
+
+    from perfseer_rt.serve.pool import worker_main
+
+    server_end, worker_end = mp.Pipe()
+    server_end.close()
+    worker_main(worker_end)  # warms, then finds nobody to report to
+    worker_end.close()

@@ -65,6 +65,17 @@ def _warm() -> None:
     predict(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
 
 
+def _send(conn: Connection, msg: dict[str, Any]) -> bool:
+    """Send ``msg`` to the server; False when the server has closed the pipe
+    (it is shutting down, or gave up on this worker): the worker then ends
+    quietly instead of dying with a traceback in the server's log."""
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+    return True
+
+
 def worker_main(conn: Connection) -> None:
     """A worker's loop: ``("ready", pid)`` once warm, then one reply per job
     message ``(job, path, label, kwargs)`` until None or the pipe closes."""
@@ -72,9 +83,10 @@ def worker_main(conn: Connection) -> None:
     try:
         _warm()
     except Exception as exc:  # noqa: BLE001 - reported to the server, which says so on /readyz
-        conn.send({"state": "failed", "error": f"{type(exc).__name__}: {one_line(exc)}"})
+        _send(conn, {"state": "failed", "error": f"{type(exc).__name__}: {one_line(exc)}"})
         return
-    conn.send({"state": "ready", "pid": os.getpid(), "rss_mb": rss_mb()})
+    if not _send(conn, {"state": "ready", "pid": os.getpid(), "rss_mb": rss_mb()}):
+        return
     while True:
         try:
             msg = conn.recv()
@@ -95,7 +107,8 @@ def worker_main(conn: Connection) -> None:
         except Exception as exc:  # noqa: BLE001 - an internal error, logged by the server
             reply = {"state": "internal", "error": f"{type(exc).__name__}: {one_line(exc)}"}
         reply["rss_mb"] = rss_mb()
-        conn.send(reply)
+        if not _send(conn, reply):
+            return
 
 
 # ------------------------------------------------------------ server side
