@@ -95,3 +95,25 @@ def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_fil
         want = np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).double().numpy()) + \
             float(torch.exp(model.log_launch_ms)) * table["launches"]
     assert ms == pytest.approx(want, rel=1e-4)
+
+
+def test_ablation_variants_change_only_what_they_name(layer_files):
+    """``training.gpulearned.ablate``: ``drop`` removes exactly the named
+    columns, ``add:clock`` appends the GPU's log2 boost clock (GHz) as one
+    column, ``seed:N`` keeps the data; an unknown feature is refused."""
+    from training.gpulearned import ablate
+
+    lab = _label(layer_files[1])
+    data = [label_data(lab, SPEC)]
+    names = LF.names()
+    dropped, seed = ablate.variant_data("drop:log10_tc_us+log10_tm_us", [lab], data)
+    keep = [i for i, n in enumerate(names) if n not in ("log10_tc_us", "log10_tm_us")]
+    assert seed == 0 and np.array_equal(dropped[0].x, data[0].x[:, keep])
+    added, _ = ablate.variant_data("add:clock", [lab], data)
+    assert added[0].x.shape[1] == len(names) + 1
+    assert np.allclose(added[0].x[:, -1], np.log2(SPEC.clock_mhz / 1000.0))
+    assert np.array_equal(added[0].x[:, :-1], data[0].x)
+    same, seed = ablate.variant_data("seed:3", [lab], data)
+    assert seed == 3 and same is data
+    with pytest.raises(ValueError, match="no feature named"):
+        ablate.variant_data("drop:not_a_feature", [lab], data)

@@ -1,0 +1,126 @@
+"""Ablations of the learned layer on one held-out GPU: is a held-out GPU's
+error a matter of the fit (seeds), of features that move with the device,
+or of the data?
+
+    python -m training.gpulearned.ablate --cache DIR --hold rtx-4090 \\
+        --variants base seed:1 seed:2 drop:log10_tc_us+log10_tm_us add:clock add:l2fit
+
+Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
+
+* ``base``: the shipped features and fit (seed 0);
+* ``seed:N``: the same with seed ``N`` (the spread of the fit itself);
+* ``drop:A+B``: without the named feature columns
+  (:func:`perfseer_rt.gpu.learned_features.names`);
+* ``add:clock``: plus log2 of the GPU's boost clock (GHz), a device-level
+  input the shipped layer does not have;
+* ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
+  ``min(1, L2 / bytes)``.
+
+Writes ``OUT/ablation.json`` (MAPE and median signed error in % per
+variant, held-out GPU and mode); the README of ``OUT`` quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from perfseer_rt.gpu import learned_features as LF
+from perfseer_rt.gpu.prior import load_prior
+from perfseer_rt.gpu.spec_store import shipped_sheet
+from perfseer_rt.gpu.specs import GpuSpec
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.gpulearned import dataset, report
+from training.gpulearned import fit as FT
+from training.gpulearned.tables import Label, LabelData
+
+REPO = Path(__file__).resolve().parents[2]
+
+Extra = Callable[[np.ndarray, GpuSpec], np.ndarray]
+
+
+def _clock(x: np.ndarray, spec: GpuSpec) -> np.ndarray:
+    return np.full((len(x), 1), np.log2(spec.clock_mhz / 1000.0))
+
+
+def _l2fit(x: np.ndarray, spec: GpuSpec) -> np.ndarray:
+    col = LF.names().index("log2_bytes_over_l2")
+    return np.asarray(2.0 ** (-np.maximum(x[:, col:col + 1], 0.0)))
+
+
+EXTRAS: dict[str, Extra] = {"clock": _clock, "l2fit": _l2fit}
+
+
+def variant_data(name: str, labels: list[Label], data: list[LabelData]) -> tuple[list[LabelData], int]:
+    """The kernel data and seed of variant ``name`` (module doc)."""
+    kind, _, arg = name.partition(":")
+    if kind == "base":
+        return data, 0
+    if kind == "seed":
+        return data, int(arg)
+    if kind == "drop":
+        names = LF.names()
+        unknown = [a for a in arg.split("+") if a not in names]
+        if unknown:
+            raise ValueError(f"no feature named {unknown}; features: {names}")
+        keep = [i for i, n in enumerate(names) if n not in arg.split("+")]
+        return [replace(d, x=d.x[:, keep]) for d in data], 0
+    if kind == "add" and arg in EXTRAS:
+        specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
+        return [replace(d, x=np.concatenate([d.x, EXTRAS[arg](d.x, specs[lab.gpu])], 1).astype(np.float32))
+                for lab, d in zip(labels, data)], 0
+    raise ValueError(f"unknown variant {name!r} (base, seed:N, drop:A+B, add:{'|'.join(EXTRAS)})")
+
+
+def held_out(labels: list[Label], data: list[LabelData], gpu: str, seed: int, epochs: int
+             ) -> dict[str, dict]:
+    """Fit without ``gpu``'s labels; MAPE / median signed error on them, per mode."""
+    y = np.array([lab.ms for lab in labels])
+    groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
+    test = np.array([lab.gpu == gpu for lab in labels])
+    model = FT.fit([d for d, t in zip(data, test) if not t], y[~test],
+                   [g for g, t in zip(groups, test) if not t], FT.FitConfig(epochs=epochs, seed=seed))
+    pred = FT.predict(model, [d for d, t in zip(data, test) if t])
+    modes = np.array([lab.mode for lab, t in zip(labels, test) if t])
+    return {m: report.stats(pred[modes == m], y[test][modes == m]) for m in sorted(set(modes))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.gpulearned.ablate", description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=dataset.LB.DATA)
+    ap.add_argument("--hold", nargs="+", default=["rtx-4090"], help="GPU keys held out, one at a time")
+    ap.add_argument("--variants", nargs="+", default=["base"])
+    ap.add_argument("--epochs", type=int, default=120)
+    ap.add_argument("--out", type=Path, default=REPO / "reports" / "gpu-learned")
+    args = ap.parse_args(argv)
+    prior = load_prior(str(REPO / "exported_models" / "_gpu_prior"))
+    labels, data, _ = dataset.build(args.data, args.cache, prior, ours=None)
+    rows = []
+    for name in tqdm(args.variants, desc="variants"):
+        try:
+            vdata, seed = variant_data(name, labels, data)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        for gpu in args.hold:
+            rows.append({"variant": name, "held_out": gpu,
+                         **held_out(labels, vdata, gpu, seed, args.epochs)})
+            print(json.dumps(rows[-1]), flush=True)
+    doc = {"command": "python -m training.gpulearned.ablate --cache DIR --hold " + " ".join(args.hold)
+                      + " --variants " + " ".join(args.variants) + f" --epochs {args.epochs}",
+           "labels": len(labels), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(args.out / "ablation.json", (json.dumps(doc, indent=1) + "\n").encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
