@@ -352,3 +352,24 @@ def test_slim_leaves_data_behind_without_touching_files_and_restore_undoes_it(tm
     assert git("status", "--porcelain") == ""
     assert len(preflight.travelling_files(tmp_path)) == 4
     assert preflight.MARK not in (tmp_path / ".git" / "info" / "exclude").read_text()
+
+
+def test_a_hung_configuration_is_recorded_and_the_process_ends(tmp_path):
+    """The watchdog: a configuration that runs past --watchdog-s (an injected
+    30 s step against a 2 s limit) is written as a hung record and the
+    process exits 3 at once; a resumed process skips it and goes on."""
+    out = tmp_path / "OUT"
+    first = ZOO_PLAN[0].key
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.campaigns.gpu_window", "run", "--out", str(out), "--device", "cpu",
+         "--plan", "dry", "--families", FAMILIES, "--budget-s", "300", "--quiet", "--watchdog-s", "2",
+         "--inject", f"{first}=slow"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs, torn = read_records(out)
+    assert torn == 0 and [r["key"] for r in recs] == [first]
+    assert recs[0]["status"] == "error" and "watchdog" in recs[0]["error"]
+    assert "watchdog" in proc.stdout
+    assert _run(out, "--limit", "1") == 0
+    again, _ = read_records(out)
+    assert [r["key"] for r in again] == [first, ZOO_PLAN[1].key]

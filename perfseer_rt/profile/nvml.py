@@ -159,8 +159,8 @@ class Window:
                 s1, s2 = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
                 nv.nvmlGpmSampleGet(self.device.handle, s1)
                 self._gpm_samples = [s1, s2]
-            except nv.NVMLError as exc:
-                self.notes.append(f"GPM sample failed: {exc}")
+            except Exception as exc:  # noqa: BLE001 - NVMLError, or a pynvml build without GPM: no GPM, say so
+                self.notes.append(f"GPM sample failed: {type(exc).__name__}: {exc}")
                 self._gpm = False
         self._thread = threading.Thread(target=self._poll, name="nvml-util", daemon=True)
         self._thread.start()
@@ -229,13 +229,13 @@ class Window:
                     out[key] = float(mg.metrics[i].value)
                 else:
                     self.notes.append(f"GPM metric {key} returned {mg.metrics[i].nvmlReturn}")
-        except nv.NVMLError as exc:
-            self.notes.append(f"GPM metrics failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - NVMLError, or a pynvml whose GPM structs differ
+            self.notes.append(f"GPM metrics failed: {type(exc).__name__}: {exc}")
         finally:
             for s in (s1, s2):
                 try:
                     nv.nvmlGpmSampleFree(s)
-                except nv.NVMLError:
+                except Exception:  # noqa: BLE001, S110 - freeing is best effort
                     pass
             self._gpm_samples = []
         return out

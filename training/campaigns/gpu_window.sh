@@ -13,9 +13,11 @@ out=${OUT:-/tmp/gpu-window}
 mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 2
 export PYTHONUNBUFFERED=1
+# no network there: anything that would reach the Hugging Face hub fails at once instead of timing out
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 py=${PYTHON:-python3}
 echo "gpu_window.sh: start $(date -u +%FT%TZ) budget ${budget}s out $out commit ${GPU_WINDOW_COMMIT:-unknown}" | tee -a "$out/log.txt"
-nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv 2>&1 | tee -a "$out/log.txt"
+timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv 2>&1 | tee -a "$out/log.txt"
 rc=0
 for attempt in 0 1 2 3; do
   if [ $(( start + budget - $(date +%s) )) -lt 20 ]; then

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from training.campaigns.gpu_window.measure import Timing
 from training.campaigns.gpu_window.plan import PLANS, get_plan
+from training.campaigns.gpu_window.watchdog import WATCHDOG_S
 
 INJECT_KINDS = ("oom", "error", "fatal", "slow")
 
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--max-shard-mb", type=float, default=12.0)
     r.add_argument("--max-shards", type=int, default=4)
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--watchdog-s", type=float, default=WATCHDOG_S,
+                   help="a configuration running longer is recorded as hung and the process exits 3 "
+                        "(default %(default)s)")
     p = sub.add_parser("plan", help="the plan and its estimated cost on an H100")
     p.add_argument("--plan", choices=tuple(PLANS), default="window")
     p.add_argument("--budget-s", type=float, default=510.0)
@@ -104,7 +108,7 @@ def _run(a: argparse.Namespace) -> int:
         inject=_inject(a.inject), limit=a.limit, max_shard_bytes=int(a.max_shard_mb * 2**20),
         max_shards=a.max_shards, command=shlex.join(["python", "-m", "training.campaigns.gpu_window",
                                                      *sys.argv[1:]]),
-        progress=not a.quiet)
+        progress=not a.quiet, watchdog_s=a.watchdog_s)
     return runner.run(plan, opts, log=lambda m: print(m, flush=True))
 
 

@@ -55,7 +55,9 @@ def set_precision(precision: str) -> None:
     """Set the TF32 flags of ``precision`` (see the module doc)."""
     matmul, conv, _ = PRECISIONS[precision]
     if _new_tf32_api():
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if matmul else "ieee"
+        # matmuls through set_float32_matmul_precision: it sets the new flag and the legacy one
+        # alike, so code that still reads allow_tf32 / get_float32_matmul_precision sees the same
+        torch.set_float32_matmul_precision("high" if matmul else "highest")
         _cudnn_conv().fp32_precision = "tf32" if conv else "ieee"
     else:
         torch.backends.cuda.matmul.allow_tf32 = matmul

@@ -219,7 +219,10 @@ class Measurer:
         v = self.gpu.process_mem_mb()
         if v is not None:
             return v, "nvml_process"
-        return self.gpu.used_mem_mb(), "nvml_device_used"
+        try:
+            return self.gpu.used_mem_mb(), "nvml_device_used"
+        except Exception:  # noqa: BLE001 - an NVML error must not cost the configuration its timing
+            return None, None
 
     def _injected(self, cfg: Config) -> Callable[[], None] | None:
         for sub, kind in self.inject.items():
@@ -276,14 +279,24 @@ class Measurer:
             counters: dict[str, Any] = {}
             notes: list[str] = []
             if s.energy and self.gpu is not None:
-                window = nvml.Window(self.gpu)
-                window.begin()
+                try:
+                    window = nvml.Window(self.gpu)
+                    window.begin()
+                except Exception as exc:  # noqa: BLE001 - measure the time without the counters
+                    notes.append(f"NVML window did not start: {type(exc).__name__}: {exc}"[:300])
+                    if window is not None:
+                        window.close()
+                    window = None
             ms, window_s = self.stepper.timed(step, t, s.energy)
             if window is not None:
-                counters = window.end(len(ms))
+                try:
+                    counters = window.end(len(ms))
+                except Exception as exc:  # noqa: BLE001 - the timing stands without the counters
+                    notes.append(f"NVML window failed: {type(exc).__name__}: {exc}"[:300])
+                    window.close()
                 notes.extend(window.notes)
                 window = None
-            elif s.energy:
+            elif s.energy and self.gpu is None:
                 notes.append("no NVML on this device: no utilization or energy")
             state = gpu_state(self.gpu)
             proc_mb, method = self._proc_mem_mb()

@@ -145,6 +145,10 @@ DRY: tuple[Row, ...] = (
     ("inference", "fp32", "nhwc", None, 2, T),
     ("inference", "fp32", "nchw", None, 4, T),
     ("inference", "fp32", "nchw", None, 8, T),
+    # the window's other precisions, so that each of their code paths has run before a GPU sees it
+    ("inference", "tf32", "nchw", None, 2, T),
+    ("inference", "fp32-strict", "nchw", None, 2, T),
+    ("train", "amp-fp16", "nchw", SGD, 2, T),
 )
 
 PHASES = ("A", "B", "C", "D")

@@ -23,6 +23,7 @@ resumes after it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -45,6 +46,7 @@ from training.campaigns.gpu_window.shards import (
     read_records,
     write_json_atomic,
 )
+from training.campaigns.gpu_window.watchdog import WATCHDOG_S, Watchdog
 
 EXIT_FATAL = 3
 PROGRESS_S = 30.0  # a progress line this often when the bar is off (logs)
@@ -65,6 +67,9 @@ class RunOptions:
     max_shards: int = 4
     command: str = ""
     progress: bool = True
+    #: a configuration still running after this many seconds is recorded as hung and the
+    #: process ends with EXIT_FATAL (gpu_window.sh restarts it; the restart skips it)
+    watchdog_s: float = WATCHDOG_S
 
 
 class Modules:
@@ -140,14 +145,31 @@ def context_mb(gpu: nvml.Device | None, device: torch.device) -> float | None:
     # lazy: torch, loaded only when a GPU run starts
     from training.profile_train import prime_cpu, prime_cuda
 
-    if gpu is None:
+    if device.type != "cuda":
         prime_cpu()  # torch's one-time CPU state (and the optimizers' lazy imports) before the first record
         return None
     prime_cuda(device.index or 0)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
+    if gpu is None:
+        return None
     v = gpu.process_mem_mb()
-    return v if v is not None else gpu.used_mem_mb()
+    if v is not None:
+        return v
+    try:
+        return gpu.used_mem_mb()
+    except Exception:  # noqa: BLE001 - NVML without memory info: the records say None
+        return None
+
+
+def open_nvml(log: Callable[[str], None]) -> nvml.Device | None:
+    """NVML's handle of GPU 0, or None (logged) where NVML does not open: the
+    window then measures time and torch's memory without NVML's counters."""
+    try:
+        return nvml.Device(0)
+    except Exception as exc:  # noqa: BLE001 - pynvml missing, no driver access, ...: go on without it
+        log(f"NVML unavailable ({type(exc).__name__}: {exc}); measuring without its counters")
+        return None
 
 
 def energy_tick_ms(gpu: nvml.Device | None, device: torch.device, seconds: float = 0.3) -> float | None:
@@ -192,7 +214,7 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
     torch.backends.cudnn.benchmark = False  # PyTorch's default, stated
     if device.type == "cpu":
         torch.set_num_threads(1)  # dry runs: one core, beside whatever else runs
-    gpu = nvml.Device(0) if device.type == "cuda" else None
+    gpu = open_nvml(log) if device.type == "cuda" else None
     done, torn = read_records(out)
     done_keys = {r.get("key") for r in done}
     oom_at: dict[str, int] = {}
@@ -229,6 +251,7 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
     todo = [c for c in plan if c.key not in done_keys]
     bar = tqdm(total=len(todo), desc="gpu window", mininterval=10, disable=not opts.progress)
     writer = ShardWriter(out, opts.max_shard_bytes, opts.max_shards)
+    watchdog = Watchdog(opts.watchdog_s, writer, log, EXIT_FATAL)
     new = 0
     t_start = last_line = time.time()
     try:
@@ -239,10 +262,13 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
             if opts.limit is not None and new >= opts.limit:
                 state = "limit"
                 break
+            watchdog.arm(cfg.key, functools.partial(_bare_failure, cfg, ctx, TimeoutError(
+                f"no result within {opts.watchdog_s:.0f} s: the process was ended (watchdog)")))
             try:
                 rec, fatal = _one(cfg, ctx, oom_at)
             except Exception as exc:  # noqa: BLE001 - unexpected (a bug, a library): a record, not a crash
                 rec, fatal = _bare_failure(cfg, ctx, exc), is_fatal(exc)
+            watchdog.disarm()
             writer.write(rec)
             progress.add(rec)
             new += 1
@@ -263,6 +289,7 @@ def _run(plan: list[Config], opts: RunOptions, log: Callable[[str], None]) -> in
         state = "shards-full"
         log(f"stopping: {exc}")
     finally:
+        watchdog.stop()
         bar.close()
         writer.close()
         os.close(ctx.archs_fd)
@@ -309,10 +336,11 @@ def _one(cfg: Config, ctx: _Context, oom_at: dict[str, int]) -> tuple[dict[str, 
         modules.prepare(cfg)
     except Exception as exc:  # the architecture does not build (or move): its configurations say so
         msg = f"{type(exc).__name__}: {exc}"[:2000]
-        ctx.build_failed[cfg.arch.build_key] = msg
+        if not is_oom(exc):  # out of memory may pass (what the last one left): the next setting tries again
+            ctx.build_failed[cfg.arch.build_key] = msg
         append_line(ctx.archs_fd, (json.dumps({"spec": cfg.arch.spec, "build_error": msg}) + "\n").encode())
         modules.release()
-        fatal = is_fatal(exc)
+        fatal = is_fatal(exc) or not context_alive(modules.device)
         return R.finish(rec, {"status": "oom" if is_oom(exc) else "error", "error": "build failed: " + msg,
                               "quality": {"cost_s": time.perf_counter() - t0}}), fatal
     result = ctx.measurer.measure(cfg, module, modules.restore)
@@ -320,7 +348,24 @@ def _one(cfg: Config, ctx: _Context, oom_at: dict[str, int]) -> tuple[dict[str, 
     if rec["status"] == "oom":
         oom_at[ladder] = min(oom_at.get(ladder, batch), batch)
         collect()
-    return rec, bool(result.get("fatal"))
+    fatal = bool(result.get("fatal"))
+    if rec["status"] == "error" and not fatal:
+        fatal = not context_alive(modules.device)  # an error no marker names may have broken it too
+    return rec, fatal
+
+
+def context_alive(device: torch.device) -> bool:
+    """Whether a trivial kernel still runs on ``device`` (after an error: a
+    broken CUDA context fails every later configuration, so the process ends
+    and a fresh one resumes)."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.ones(1, device=device).add_(1).item()
+        torch.cuda.synchronize(device)
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False
+    return True
 
 
 def _bare_failure(cfg: Config, ctx: _Context, exc: BaseException) -> dict[str, Any]:
