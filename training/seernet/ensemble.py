@@ -4,8 +4,8 @@ The blend is geometric: ``y = exp(w * log(y_seernet) + (1 - w) * log(y_gbm))``
 with one weight ``w`` per metric, picked from :data:`WEIGHTS` by validation
 MAPE (``w = 1`` is SeerNet alone). It ships as one ONNX file with the
 SeerNet contract (same inputs, output ``y [G, M]`` in metric units): the
-exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsembleRegressor``
-nodes on the raw global features ``u`` (the GBM is fitted on them: trees
+exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsemble`` (opset 5,
+:mod:`training.seernet.tree_ensemble`) nodes on the raw global features ``u`` (the GBM is fitted on them: trees
 need no normalization) plus its scale offsets (:meth:`GlobalGBM.offset`),
 and the blend. The runtime runs it like any SeerNet (``perfseer_rt/predict/api.py``).
 A second output, :data:`GAP_OUTPUT` ``[G, M]``, is ``log(y_seernet) -
