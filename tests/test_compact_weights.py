@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from perfseer_rt import extract
 from perfseer_rt.calibrate.reference import references
 from training.byod.reference_set import short_names
-from training.seernet.compact_weights import MIN_ELEMENTS, compact_weights, strip_metadata
+from training.seernet.compact_weights import MIN_ELEMENTS, compact_predictor, compact_weights, strip_metadata
 from training.seernet.shared_weights import share_weights
 from training.seernet.tree_ensemble import ML_DOMAIN, convert_model
 
@@ -87,6 +87,33 @@ def test_a_blend_of_the_compacted_network_still_shares_its_weights(tmp_path):
     assert share_weights(tmp_path / "head.onnx", tmp_path / "base.onnx") == 2
     assert np.array_equal(_run(str(tmp_path / "head.onnx"), feeds)[0], before)
     assert np.array_equal(before, -_run(base, feeds)[0])
+
+
+def test_compact_predictor_redoes_the_sharing_and_the_checksums(tmp_path):
+    """A folder exported before: float32 ``seernet.onnx`` and a blend reading
+    its weights from it; compacted in place, the blend reads the new bytes."""
+    seernet, blend = _mlp(), _mlp()
+    blend.graph.node[-1].output[0] = "h2"
+    blend.graph.node.append(helper.make_node("Neg", ["h2"], ["y"]))
+    (tmp_path / "seernet.onnx").write_bytes(seernet.SerializeToString())
+    (tmp_path / "seernet_gbm.onnx").write_bytes(blend.SerializeToString())
+    assert share_weights(tmp_path / "seernet_gbm.onnx", tmp_path / "seernet.onnx") == 2
+    entries = [{"name": n, "file": f"{n}.onnx", "sha256": "0" * 64} for n in ("seernet", "seernet_gbm")]
+    (tmp_path / "manifest.json").write_text(json.dumps({"seernet": {"models": entries}}))
+    feeds = {"x": np.random.default_rng(2).standard_normal((4, 96)).astype(np.float32)}
+    before = _run(str(tmp_path / "seernet_gbm.onnx"), feeds)[0]
+    size = (tmp_path / "seernet.onnx").stat().st_size
+    assert compact_predictor(tmp_path, "float16") == {"seernet.onnx": 2, "seernet_gbm.onnx": 2}
+    assert (tmp_path / "seernet.onnx").stat().st_size < 0.52 * size
+    shared = [t for t in onnx.load(str(tmp_path / "seernet_gbm.onnx"), load_external_data=False).graph.initializer
+              if t.data_location == TensorProto.EXTERNAL]
+    assert len(shared) == 2 and all(t.data_type == TensorProto.FLOAT16 for t in shared)
+    after = _run(str(tmp_path / "seernet_gbm.onnx"), feeds)[0]
+    assert np.array_equal(after, -_run(str(tmp_path / "seernet.onnx"), feeds)[0])
+    assert np.max(np.abs(after - before)) <= 2e-3 * np.max(np.abs(before))
+    for entry in json.loads((tmp_path / "manifest.json").read_text())["seernet"]["models"]:
+        assert entry["sha256"] == hashlib.sha256((tmp_path / entry["file"]).read_bytes()).hexdigest()
+    assert compact_predictor(tmp_path, "float16") == {"seernet.onnx": 0, "seernet_gbm.onnx": 0}
 
 
 def _regressor(missing: list[int]) -> onnx.ModelProto:
