@@ -47,10 +47,11 @@ def test_trees_in_onnx_reproduce_the_gbm():
     u[:, 3] = rng.integers(1, 64, 600)
     t = np.stack([np.log(u[:, 0]) * 0.5 + np.sin(np.log(u[:, 1])), np.log(u[:, 2]) - u[:, 3] / 10], 1)
     gbm = GlobalGBM(max_iter=200).fit(u, t)
-    nodes, outs = tree_nodes(gbm, "u", "p_")
+    nodes, outs, inits = tree_nodes(gbm, "u", "p_")
+    assert {n.op_type for n in nodes} == {"TreeEnsemble", "Add"}
     graph = helper.make_graph(nodes + [helper.make_node("Concat", outs, ["y"], axis=1)], "trees",
                               [helper.make_tensor_value_info("u", TensorProto.FLOAT, [None, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
                                                     helper.make_opsetid(ML_DOMAIN, ML_OPSET)])
     model.ir_version = 10

@@ -7,7 +7,9 @@ and on four zoo PerfGraphs (resnet, nb201, mobilenetv2 at batch 4, gpt at
 batch 2) taken from the CPU campaign's shards into
 ``tests/data/golden_graphs.npz``. A deliberate retraining re-records its
 device (``python -m tests.record_golden DEVICE``): cpu-amd-epyc-1t was
-re-recorded when it was retrained on the re-measured dataset (issue 17). Pinned: every seernet predictor (the ONNX
+re-recorded when it was retrained on the re-measured dataset (issue 17); cpu-amd-epyc-1t and the
+two NAS-Bench-201 devices were re-recorded when their weights were stored in float16 / int8
+(2026-11-27, ``training/seernet/compact_weights.py``; docs/install.md "Size"). Pinned: every seernet predictor (the ONNX
 GNNs); the GPU priors (kind ``gpu-prior``, no ONNX predictor) are covered by
 tests/test_gpu_prior.py.
 """

@@ -1,6 +1,8 @@
 """Each network ships once (``training/seernet/shared_weights.py``): the
-blend's SeerNet weights are references into ``seernet.onnx``, and the
-predictions are what the self-contained blend gives, bit for bit."""
+blend's SeerNet weights (float16, ``training/seernet/compact_weights.py``)
+are references into ``seernet.onnx``, the predictions are what the
+self-contained blend gives, bit for bit, and its SeerNet part is what
+``seernet.onnx`` predicts."""
 
 import hashlib
 from pathlib import Path
@@ -48,6 +50,22 @@ def test_the_shipped_blend_reads_seernet_from_its_file_and_predicts_the_same():
     shipped = _run(str(CPU / "seernet_gbm.onnx"), feeds)
     whole = _run(_inlined(CPU / "seernet_gbm.onnx"), feeds)
     assert len(shipped) == 2 and all(np.array_equal(a, b) for a, b in zip(shipped, whole))
+
+
+def test_the_blend_runs_the_network_of_seernet_onnx():
+    """The blend's SeerNet part (its output before the trees join) is what
+    ``seernet.onnx`` predicts, bit for bit: one network, stored once."""
+    blend = onnx.load(str(CPU / "seernet_gbm.onnx"), load_external_data=False)
+    load_external_data_for_model(blend, str(CPU))
+    inner = blend.graph.output.add()
+    inner.CopyFrom(blend.graph.output[0])
+    inner.name = "blend_seernet_y"
+    graphs = [extract(ROOT / "examples" / "resnet18.onnx", batch=b) for b in (1, 4, 32)]
+    feeds = concat_graphs([g.x for g in graphs], [g.edge_index for g in graphs],
+                          [g.edge_attr for g in graphs], [g.u for g in graphs])
+    got = _run(blend.SerializeToString(), feeds)[-1]
+    want = _run(str(CPU / "seernet.onnx"), feeds)[0]
+    assert got.shape == want.shape == (3, len(want[0])) and np.array_equal(got, want)
 
 
 def test_no_weight_is_shipped_twice():

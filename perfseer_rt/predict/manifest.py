@@ -214,8 +214,8 @@ class Disagreement:
 class Uncertainty:
     """Distance score, out-of-distribution threshold and intervals
     (:mod:`perfseer_rt.predict.uncertainty`). ``reference_file`` holds the
-    training graphs' features in score space (``float32[N, len(features)]``,
-    ``.npy``); ``calibration`` says on what it was calibrated and how the
+    training graphs' features in score space (``float16[N, len(features)]``,
+    ``.npy``; float32 is read too); ``calibration`` says on what it was calibrated and how the
     intervals and the warning did on held-out data."""
 
     k: int

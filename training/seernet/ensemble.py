@@ -4,8 +4,8 @@ The blend is geometric: ``y = exp(w * log(y_seernet) + (1 - w) * log(y_gbm))``
 with one weight ``w`` per metric, picked from :data:`WEIGHTS` by validation
 MAPE (``w = 1`` is SeerNet alone). It ships as one ONNX file with the
 SeerNet contract (same inputs, output ``y [G, M]`` in metric units): the
-exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsembleRegressor``
-nodes on the raw global features ``u`` (the GBM is fitted on them: trees
+exported SeerNet graph, the GBM's trees as ``ai.onnx.ml.TreeEnsemble`` (opset 5,
+:mod:`training.seernet.tree_ensemble`) nodes on the raw global features ``u`` (the GBM is fitted on them: trees
 need no normalization) plus its scale offsets (:meth:`GlobalGBM.offset`),
 and the blend. The runtime runs it like any SeerNet (``perfseer_rt/predict/api.py``).
 A second output, :data:`GAP_OUTPUT` ``[G, M]``, is ``log(y_seernet) -
@@ -27,11 +27,12 @@ from onnx import helper, numpy_helper
 from training.seernet.baselines.gbm import GlobalGBM
 from training.seernet.evaluate import score
 from training.seernet.normalization import Normalization
+from training.seernet.tree_ensemble import TREE_ENSEMBLE_OPSET, to_tree_ensemble
 
 #: Candidate SeerNet weights (the GBM gets ``1 - w``).
 WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: ONNX domain and version of the tree operator.
-ML_DOMAIN, ML_OPSET = "ai.onnx.ml", 3
+ML_DOMAIN, ML_OPSET = "ai.onnx.ml", TREE_ENSEMBLE_OPSET
 #: Name of the blend's second output: log(SeerNet) - log(GBM) per metric.
 GAP_OUTPUT = "gap"
 
@@ -79,11 +80,12 @@ def float32_threshold(t: float) -> float:
     return float(f)
 
 
-def tree_nodes(gbm: GlobalGBM, u_name: str, prefix: str) -> tuple[list, list[str]]:
-    """``TreeEnsembleRegressor`` nodes, one per metric of ``gbm`` (fitted on
-    the raw float32 global features), reading ``u_name`` and writing
-    ``[G, 1]`` standardized log predictions; returns ``(nodes, output names)``."""
-    nodes, outs = [], []
+def tree_nodes(gbm: GlobalGBM, u_name: str, prefix: str) -> tuple[list, list[str], list]:
+    """``TreeEnsemble`` nodes (``ai.onnx.ml`` opset 5, :mod:`training.seernet.tree_ensemble`),
+    one per metric of ``gbm`` (fitted on the raw float32 global features),
+    reading ``u_name`` and writing ``[G, 1]`` standardized log predictions;
+    returns ``(nodes, output names, initializers)``."""
+    nodes, outs, inits = [], [], []
     for m, model in enumerate(gbm.models):
         attrs: dict[str, Any] = {k: [] for k in (
             "nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
@@ -112,12 +114,14 @@ def tree_nodes(gbm: GlobalGBM, u_name: str, prefix: str) -> tuple[list, list[str
                 attrs["nodes_falsenodeids"].append(int(n["right"]))
                 attrs["nodes_missing_value_tracks_true"].append(int(n["missing_go_to_left"]))
         out = f"{prefix}z{m}"
-        nodes.append(helper.make_node(
+        ensemble, base = to_tree_ensemble(helper.make_node(
             "TreeEnsembleRegressor", [u_name], [out], name=f"{prefix}trees{m}", domain=ML_DOMAIN,
             n_targets=1, aggregate_function="SUM",
             base_values=[float(np.ravel(model._baseline_prediction)[0])], **attrs))
+        nodes += ensemble
+        inits.append(base)
         outs.append(out)
-    return nodes, outs
+    return nodes, outs, inits
 
 
 def export_blend(seernet_path: str | os.PathLike, gbm: GlobalGBM, norm: Normalization,
@@ -132,7 +136,8 @@ def export_blend(seernet_path: str | os.PathLike, gbm: GlobalGBM, norm: Normaliz
     p = "blend_"
     for node in graph.node:
         node.output[:] = [f"{p}seernet_y" if o == "y" else o for o in node.output]
-    trees, z = tree_nodes(gbm, "u", p)
+    trees, z, tree_consts = tree_nodes(gbm, "u", p)
+    graph.initializer.extend(tree_consts)
     consts = {f"{p}y_mean": [norm.target_mean[m] for m in metrics],
               f"{p}y_std": [norm.target_std[m] for m in metrics],
               f"{p}w": list(weights), f"{p}one_minus_w": [1.0 - w for w in weights]}

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from perfseer_rt.predict.manifest import INPUT_NAMES, INTRA_OP_THREADS, OUTPUT_NAMES
+from training.seernet.compact_weights import DEFAULT_STORAGE, compact_file
 from training.seernet.normalization import ColumnStats, Normalization
 from training.seernet.onnx_rewrite import scatter_rows
 from training.seernet.seernet import StackedPredictor
@@ -92,8 +93,18 @@ class NormalizedPredictor(nn.Module):
         return torch.exp(t * self.y_std + self.y_mean)
 
 
+#: Relative difference from torch allowed on the export's sample batch, by
+#: weight storage (:mod:`training.seernet.compact_weights`): float32 is exact
+#: up to summation order; the others must stay far below the predictors'
+#: errors (~10 %): on the shipped predictors float16 moved predictions by
+#: 4e-4 at most, int8 by 3e-3 (training step) to 8e-3 (CPU inference, not
+#: shipped so) (docs/install.md, "Size").
+CHECK_RTOL = {None: 1e-4, "float16": 5e-3, "int8": 5e-2}
+
+
 def export_seernet(model: nn.Module, normalization: Normalization, path: str | os.PathLike,
-                   metrics: Sequence[str] | None = None, opset: int = 18, check: bool = True) -> Path:
+                   metrics: Sequence[str] | None = None, opset: int = 18, check: bool = True,
+                   storage: str | None = DEFAULT_STORAGE) -> Path:
     """Write ``model`` with ``normalization`` baked in to ``path`` (ONNX).
 
     Args:
@@ -103,7 +114,10 @@ def export_seernet(model: nn.Module, normalization: Normalization, path: str | o
         metrics: output order (default: ``normalization.metrics``).
         opset: ONNX opset, at least 18 (ScatterElements with max reduction).
         check: run the file in onnxruntime on a sample batch and compare with
-            torch (relative 1e-4).
+            torch (relative :data:`CHECK_RTOL` of ``storage``).
+        storage: the weight matrices' storage in the file, ``"float16"`` or
+            ``"int8"`` (:func:`training.seernet.compact_weights.compact_weights`;
+            computed in float32 either way), or None for float32.
     """
     if opset < 18:
         raise ValueError(f"opset {opset} < 18: ScatterElements max reduction needs opset 18")
@@ -122,14 +136,17 @@ def export_seernet(model: nn.Module, normalization: Normalization, path: str | o
                             "u": {0: g}, "node_batch": {0: n}},
             opset_version=opset, external_data=False, verbose=False)
     _rows_scatter(tmp)
+    if storage is not None:
+        compact_file(tmp, storage)
     os.replace(tmp, path)
     if check:
         got = run_onnx(path, *[a.numpy() for a in args])
         with torch.no_grad():
             want = wrapped(*args).numpy()
-        if not np.allclose(got, want, rtol=1e-4, atol=0):
+        if not np.allclose(got, want, rtol=CHECK_RTOL[storage], atol=0):
             raise RuntimeError(f"{path}: onnxruntime output differs from torch "
-                               f"(max rel {np.max(np.abs(got - want) / np.abs(want)):.2e})")
+                               f"(max rel {np.max(np.abs(got - want) / np.abs(want)):.2e}, "
+                               f"weights stored as {storage or 'float32'})")
     return path
 
 
