@@ -117,3 +117,18 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     assert seed == 3 and same is data
     with pytest.raises(ValueError, match="no feature named"):
         ablate.variant_data("drop:not_a_feature", [lab], data)
+
+
+def test_ablation_table_has_a_row_per_variant_gpu_and_mode():
+    from training.gpulearned import ablate
+
+    doc = {"command": "python -m training.gpulearned.ablate --cache DIR", "labels": 5, "rows": [
+        {"variant": "base", "held_out": "rtx-4090", "inference": {"n": 4, "mape": 30.0, "median": 24.4,
+                                                                  "within_20": 39.5}},
+        {"variant": "seed:1", "held_out": "v100", "inference": {"n": 0},
+         "train": {"n": 1, "mape": 5.0, "median": -5.0, "within_20": 100.0}}]}
+    md = ablate.markdown(doc)
+    assert "| base | rtx-4090 | inference | 4 | 30.0 | +24.4 | 39.5 |" in md
+    assert "| seed:1 | v100 | train | 1 | 5.0 | -5.0 | 100.0 |" in md
+    assert "| seed:1 | v100 | inference" not in md  # no labels, no row
+    assert doc["command"] in md

@@ -119,7 +119,25 @@ def main(argv: list[str] | None = None) -> int:
            "labels": len(labels), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(args.out / "ablation.json", (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write_bytes(args.out / "ablation.md", markdown(doc).encode())
     return 0
+
+
+def markdown(doc: dict) -> str:
+    """``ablation.md``: the variants' held-out error, one row per variant and
+    held-out GPU and mode (MAPE % and median signed error %, n labels)."""
+    lines = ["# The learned GPU layer with one GPU held out, under variants of the fit", "",
+             f"Regenerate: `{doc['command']}` ({doc['labels']} labels, all measured by others; "
+             "variants: training/gpulearned/ablate.py).", "",
+             "| variant | held out | mode | labels | MAPE % | median signed % | within 20 % |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for row in doc["rows"]:
+        for mode in ("inference", "train"):
+            st = row.get(mode)
+            if st and st.get("n"):
+                lines.append(f"| {row['variant']} | {row['held_out']} | {mode} | {st['n']} | {st['mape']} | "
+                             f"{st['median']:+} | {st['within_20']} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
