@@ -373,3 +373,29 @@ def test_a_hung_configuration_is_recorded_and_the_process_ends(tmp_path):
     assert _run(out, "--limit", "1") == 0
     again, _ = read_records(out)
     assert [r["key"] for r in again] == [first, ZOO_PLAN[1].key]
+
+
+def test_a_build_out_of_memory_is_tried_again_once(tmp_path, monkeypatch):
+    """An architecture whose build runs out of memory is built again for its
+    next setting (what the last one left may have been the cause); after
+    BUILD_OOM_TRIES failures its other settings are recorded without a try."""
+    import torch
+
+    from training.campaigns.gpu_window import build as B
+    from training.campaigns.gpu_window import runner
+
+    calls = []
+
+    def no_memory(arch, device):
+        calls.append(arch.build_key)
+        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    monkeypatch.setattr(B, "build_module", no_memory)
+    first = ZOO_PLAN[0].arch.build_key
+    n = sum(c.arch.build_key == first for c in ZOO_PLAN)
+    assert n > runner.BUILD_OOM_TRIES
+    assert _run(tmp_path / "OUT", "--limit", str(n)) == 0
+    recs, _ = read_records(tmp_path / "OUT")
+    mine = [r for r in recs if r["key"].startswith(ZOO_PLAN[0].key.split("|")[0] + "|")]
+    assert calls.count(first) == runner.BUILD_OOM_TRIES
+    assert len(mine) == n and all(r["status"] == "oom" and "build failed" in r["error"] for r in mine)

@@ -49,6 +49,9 @@ from training.campaigns.gpu_window.shards import (
 from training.campaigns.gpu_window.watchdog import WATCHDOG_S, Watchdog
 
 EXIT_FATAL = 3
+#: Builds of one architecture that may run out of memory before its remaining settings are
+#: recorded as failed without a try (a build can take seconds; a model that does not fit never will)
+BUILD_OOM_TRIES = 2
 PROGRESS_S = 30.0  # a progress line this often when the bar is off (logs)
 ARCHS_FILE = "archs.jsonl"
 WINDOW_FILE = "window.json"
@@ -310,6 +313,7 @@ class _Context:
     modules: Modules
     archs_fd: int
     build_failed: dict[str, str] = field(default_factory=dict)
+    build_ooms: dict[str, int] = field(default_factory=dict)
 
 
 def _one(cfg: Config, ctx: _Context, oom_at: dict[str, int]) -> tuple[dict[str, Any], bool]:
@@ -336,8 +340,11 @@ def _one(cfg: Config, ctx: _Context, oom_at: dict[str, int]) -> tuple[dict[str, 
         modules.prepare(cfg)
     except Exception as exc:  # the architecture does not build (or move): its configurations say so
         msg = f"{type(exc).__name__}: {exc}"[:2000]
-        if not is_oom(exc):  # out of memory may pass (what the last one left): the next setting tries again
-            ctx.build_failed[cfg.arch.build_key] = msg
+        key = cfg.arch.build_key
+        if is_oom(exc):  # may pass (what the last one left): the next setting tries once more
+            ctx.build_ooms[key] = ctx.build_ooms.get(key, 0) + 1
+        if not is_oom(exc) or ctx.build_ooms[key] >= BUILD_OOM_TRIES:
+            ctx.build_failed[key] = msg
         append_line(ctx.archs_fd, (json.dumps({"spec": cfg.arch.spec, "build_error": msg}) + "\n").encode())
         modules.release()
         fatal = is_fatal(exc) or not context_alive(modules.device)
