@@ -71,6 +71,17 @@ def test_cli_keep_going_predicts_the_others_and_exits_2(models):
     assert plain.exit_code == 2 and plain.stdout == "" and "c.onnx" in plain.stderr
 
 
+def test_the_first_failure_names_its_model_among_many(models):
+    """Without --keep-going the first failing model ends the run; its one
+    line names that model, also where the error itself does not (a shape
+    error says which dims, not which file)."""
+    good_then_open = [models[0], models[3]]
+    res = CliRunner().invoke(main, ["predict", *good_then_open, "--batch", "2"])
+    assert res.exit_code == 2
+    line, = [x for x in res.stderr.splitlines() if x.startswith("perfseer-rt: error:")]
+    assert line.startswith(f"perfseer-rt: error: {models[3]}: ") and "--dim H=N" in line
+
+
 def test_a_folder_pipe_is_named_not_skipped(tmp_path):
     """A folder's ``*.onnx`` entries are its models: a named pipe among them
     had been skipped in silence (it is no regular file); it is now an error

@@ -138,9 +138,7 @@ def predict(models: tuple[str, ...], as_json: bool, keep_going: bool, workers: i
 
     def report(model: str, exc: PerfSeerError) -> None:
         failed.append(model)
-        text = str(exc)  # most errors name their model first; the line must, among many
-        click.echo(f"perfseer-rt: error: {text if text.startswith(model) else f'{model}: {text}'}",
-                   err=True)
+        click.echo(f"perfseer-rt: error: {exc}", err=True)  # named by its model (predict_many)
 
     results = predict_many(expand_models(models), kwargs.pop("batches", [None]), workers=workers,
                            on_error=report if keep_going else None, **kwargs)

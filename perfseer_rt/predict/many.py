@@ -81,6 +81,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
         for m, outcome in zip(models, outcomes):
             bar.update(len(batches))
             if isinstance(outcome, PerfSeerError):
+                named_by(m, outcome)
                 if on_error is None:
                     raise outcome
                 on_error(m, outcome)
@@ -105,3 +106,11 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     for r, m in zip(results, names):
         r["model"] = m
     return results
+
+
+def named_by(model: str, exc: PerfSeerError) -> None:
+    """Start ``exc``'s message with ``model`` where it does not already (most
+    errors name their file first; a shape error does not), so that the one
+    line a user sees among many models says which failed."""
+    if exc.args and isinstance(exc.args[0], str) and not exc.args[0].startswith(model):
+        exc.args = (f"{model}: {exc.args[0]}", *exc.args[1:])
