@@ -17,6 +17,11 @@ class OptionError(PerfSeerError):
     ``--mode``, a budget that is not a positive finite number)."""
 
 
+class OutputError(PerfSeerError):
+    """An output file cannot be written where it was asked: a folder's name,
+    a folder that does not exist, or one the user may not write in."""
+
+
 class ModelLoadError(PerfSeerError):
     """The model file is missing, is not ONNX, or is truncated/corrupt."""
 

@@ -118,6 +118,7 @@ def test_calibrate_refuses_more_threads_than_cpus_before_profiling(tmp_path, mon
     monkeypatch.setenv("PERFSEER_RT_HOME", str(tmp_path))
     r = CliRunner().invoke(main, ["calibrate", "--threads", str((os.cpu_count() or 1) + 1)])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "--threads" in r.output
+    assert r.output.startswith("perfseer-rt: error: --threads")  # no progress bar before it
     assert not (tmp_path / "devices").exists()
 
 

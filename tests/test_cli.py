@@ -10,6 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from perfseer_rt.cli import main
+from perfseer_rt.errors import OutputError
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from tests.test_extract import conv_chain
 
 
@@ -72,6 +74,26 @@ def test_failed_extract_writes_no_file(tmp_path):
     assert res.exit_code == 2
     assert not out.exists()
     assert list(tmp_path.iterdir()) == [bad]
+
+
+@pytest.mark.parametrize("where", ["missing/x.npz", "new_folder/", "a_folder/", "a_folder"])
+def test_extract_output_where_no_file_can_go_exits_2_and_writes_nothing(model_path, tmp_path, where):
+    """``-o`` naming a folder (or ending with a separator) or a file in a
+    folder that does not exist: exit 2, no traceback, nothing written (a
+    trailing separator had written a file of the folder's name)."""
+    (tmp_path / "a_folder").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    res = run("extract", model_path, "-o", str(tmp_path / where) + ("/" if where.endswith("/") else ""))
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_atomic_write_raises_a_typed_error(tmp_path):
+    with pytest.raises(OutputError, match="does not exist"):
+        atomic_write_bytes(tmp_path / "no" / "x.json", b"{}")
+    with pytest.raises(OutputError, match="is a folder"):
+        atomic_write_bytes(f"{tmp_path}/sub/", b"{}")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_inspect(model_path):

@@ -10,6 +10,7 @@ from tqdm import tqdm
 from perfseer_rt.calibrate.api import ROUND_SPREAD_WARN
 from perfseer_rt.calibrate.api import calibrate as do_calibrate
 from perfseer_rt.calibrate.reference import references
+from perfseer_rt.calibrate.threads import check_threads
 from perfseer_rt.cli.common import emit_json
 from perfseer_rt.predict.correction import Correction
 
@@ -40,6 +41,8 @@ def _how(c: Correction) -> str:
 def calibrate(name: str | None, base: str, provider: str, threads: int | None, out: str | None,
               n_models: int | None, force: bool, as_json: bool) -> None:
     """Profile bundled reference models here; write a calibrated device entry."""
+    if threads is not None:
+        check_threads(threads)  # before the progress bar: one line, nothing measured
     refs = references()[:n_models] if n_models else references()
     with tqdm(total=len(refs), unit="model", desc="calibrate", disable=as_json, leave=False) as bar:
         def progress(done: int, total: int, model: str) -> None:

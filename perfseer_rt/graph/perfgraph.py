@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfseer_rt.errors import GraphError, PerfSeerError
+from perfseer_rt.errors import GraphError, OutputError, PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.structure import upgrade_globals
 
@@ -172,9 +172,22 @@ class PerfGraph:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no partial file is ever visible."""
+    """Write ``data`` to ``path`` so that no partial file is ever visible.
+
+    Raises:
+        OutputError: ``path`` names a folder (or ends with a separator), its
+            folder does not exist, or the file cannot be written there.
+    """
+    text = os.fspath(path)
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    if text.endswith((os.sep, "/")) or path.is_dir():
+        raise OutputError(f"{text}: is a folder; give the output file's name")
+    if not path.parent.is_dir():
+        raise OutputError(f"{text}: folder {str(path.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"{text}: cannot write there ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -182,12 +195,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as exc:
+        _unlink(tmp)
+        raise OutputError(f"{text}: cannot write there ({exc.strerror})") from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _unlink(path: str) -> None:
+    """Remove a temp file that may be gone already."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _num(v: Any) -> float | int:
