@@ -12,7 +12,7 @@ from onnx import helper
 
 import perfseer_rt
 from perfseer_rt.cli import main
-from perfseer_rt.errors import MetricError, PerfSeerError
+from perfseer_rt.errors import MetricError, OptionError, PerfSeerError
 from perfseer_rt.predict.budget import fit, upper
 from perfseer_rt.profile import ProfileWorker
 from perfseer_rt.profile.timing import PRESETS
@@ -238,3 +238,24 @@ def test_fit_against_measured_memory(net):
         f"(measured {m2b} MiB) and its prediction {mem2['value']:.2f} MiB "
         f"(interval {iv}) does not straddle the budget: the memory predictor over-predicts "
         f"(measured at batch {b}: {mb} MiB, predicted {mem_check['value']:.2f} MiB)")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: perfseer_rt.predict.check(EXAMPLE, DEVICE, max_latency_ms=float("inf")),
+     "--max-latency-ms inf: expected a positive, finite number"),
+    (lambda: perfseer_rt.predict.check(EXAMPLE, DEVICE, max_memory_mb="200"),
+     "--max-memory-mb '200': expected a positive, finite number"),
+    (lambda: fit(EXAMPLE, DEVICE, max_memory_mb=500, max_value=0),
+     "max_value 0: expected an integer of 1 or more"),
+])
+def test_the_python_budgets_refuse_what_the_cli_refuses(call, message):
+    """The API takes the budgets the CLI and the service take: an infinite or
+    text budget, or a fit bound below 1 (a KeyError before), is an
+    OptionError naming it."""
+    with pytest.raises(OptionError, match=message):
+        call()
+
+
+def test_one_metric_may_be_named_by_a_string():
+    [r] = perfseer_rt.predict.predict(EXAMPLE, device=DEVICE, metrics="latency_ms")
+    assert list(r["metrics"]) == ["latency_ms"]

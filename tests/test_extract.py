@@ -1,6 +1,7 @@
 """Extraction pipeline: loading, shapes, folding, edges, globals, views."""
 
 import os
+import re
 
 import networkx as nx
 import numpy as np
@@ -10,7 +11,7 @@ from onnx import TensorProto, helper
 
 from perfseer_rt import PerfGraph, extract
 from perfseer_rt.errors import ModelLoadError, ShapeError
-from perfseer_rt.graph import layout
+from perfseer_rt.graph import extract_batches, layout
 from tests.onnx_builders import const, model
 
 
@@ -223,3 +224,16 @@ def test_npz_round_trip_and_dict(tmp_path):
     assert {"name", "op", "flops", "mac", "weight"} <= d["nodes"][0].keys()
     assert {"src", "dst", "shape"} <= d["edges"][0].keys()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"input_shapes": "x:1x3x8x8"}, "input_shapes: expected a dict"),
+    ({"input_shapes": {"x": "1x3"}}, "input 'x': shape '1x3' is not a list of ints"),
+    ({"dims": [("seq", 3)]}, "dims: expected a dict"),
+])
+def test_shape_options_of_another_type_are_a_shape_error(kwargs, message):
+    """A string or list where a dict belongs had ended as an internal
+    GraphError ("cannot be extracted (AttributeError ...)")."""
+    for call in (extract, lambda m, **kw: extract_batches(m, [1, 2], **kw)):
+        with pytest.raises(ShapeError, match=re.escape(message)):
+            call(conv_chain(), **kwargs)

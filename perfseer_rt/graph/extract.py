@@ -36,6 +36,7 @@ from perfseer_rt.errors import GraphError, LimitError, PerfSeerError
 from perfseer_rt.graph.control_flow import DOMINANT_IF_WARNING, Chosen
 from perfseer_rt.graph.features import clear_feature_cache
 from perfseer_rt.graph.inline import inline_branches
+from perfseer_rt.graph.inputs import check_shape_options
 from perfseer_rt.graph.limits import MAX_NODES, TIME_LIMIT_S, Deadline
 from perfseer_rt.graph.load import ModelSource, load_model
 from perfseer_rt.graph.model_info import (
@@ -103,6 +104,7 @@ def extract(model: ModelSource, batch: int | None = None,
             attributes out of range, implausibly large tensors.
         LimitError: more than ``max_nodes`` nodes, or over ``time_limit``.
     """
+    check_shape_options(input_shapes, dims)
     return _guarded(model, lambda proto, name: _extract(
         proto, name, batch, input_shapes, dims, max_nodes, Deadline(time_limit, name)))
 
@@ -160,6 +162,7 @@ def extract_batches(model: ModelSource, batches: Iterable[int | None],
         The errors of :func:`extract`, for the first batch size that fails.
     """
     sizes = list(batches)
+    check_shape_options(input_shapes, dims)
 
     def work(proto: onnx.ModelProto, name: str) -> list[PerfGraph]:
         st = PreparedModel(fix_switches(proto, dims), name, max_nodes)
@@ -178,6 +181,7 @@ def resolve_input_shapes(model: ModelSource, batch: int | None = None,
     :mod:`perfseer_rt.graph.implied`), without extracting; for running the
     model at the shapes a prediction was made for. Arguments and errors as
     for :func:`extract` (no shape-inference errors)."""
+    check_shape_options(input_shapes, dims)
     return _guarded(model, lambda proto, name: PreparedModel(proto, name, max_nodes).resolve(
         batch, input_shapes, dims, Deadline(time_limit, name))[0])
 

@@ -6,6 +6,8 @@ input shapes (:func:`resolve_inputs`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import onnx
 
@@ -91,6 +93,26 @@ def _check_dim_value(what: str, value: object) -> int:
     if not 0 <= n <= MAX_DIM:
         raise ShapeError(f"{what}: {n} is outside 0..{MAX_DIM}")
     return n
+
+
+def check_shape_options(input_shapes: object, dims: object) -> None:
+    """The extraction options' types, before any model is read: ``input_shapes``
+    a mapping of input names to sequences of dims, ``dims`` a mapping of dim
+    names to values (None for either: not given; the values themselves are
+    checked where they are used).
+
+    Raises:
+        ShapeError: either is of another type.
+    """
+    if input_shapes is not None:
+        if not isinstance(input_shapes, Mapping):
+            raise ShapeError(f"input_shapes: expected a dict of input name -> shape (a list of "
+                             f"ints), got {type(input_shapes).__name__}")
+        for name, shape in input_shapes.items():
+            if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+                raise ShapeError(f"input {name!r}: shape {shape!r} is not a list of ints")
+    if dims is not None and not isinstance(dims, Mapping):
+        raise ShapeError(f"dims: expected a dict of dim name -> value, got {type(dims).__name__}")
 
 
 def check_batch(batch: object) -> int | None:

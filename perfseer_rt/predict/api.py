@@ -31,7 +31,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         batch: batch size (resolves a dynamic first dim; default 1).
         device: a device name (``perfseer-rt devices``); default: the first
             of ``registry.DEFAULT_DEVICES`` that ships.
-        metrics: subset of the device's metrics (default: all).
+        metrics: subset of the device's metrics (default: all); one name
+            alone may be given as a string.
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
         model: which of the device's predictors (``perfseer-rt devices``);
             default: the manifest's ``default_model``.
@@ -64,6 +65,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
     """
     if isinstance(models, (str, os.PathLike, bytes)) or not isinstance(models, Iterable):
         models = [models]
+    if isinstance(metrics, str):  # one metric's name, not its letters
+        metrics = [metrics]
     request = Request(batch=batch, metrics=metrics, input_shapes=input_shapes, dims=dims, model=model,
                       precision=precision, mode=mode, optimizer=optimizer, layout=layout,
                       power_limit_w=power_limit_w, mig_profile=mig_profile, extrapolate=extrapolate)

@@ -13,12 +13,13 @@ budget. Limits are in the metrics' units: milliseconds and MiB.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import onnx
 
-from perfseer_rt.errors import MetricError, ModelLoadError, PerfSeerError, ShapeError
+from perfseer_rt.errors import MetricError, ModelLoadError, OptionError, PerfSeerError, ShapeError
 from perfseer_rt.graph.extract import extract
 from perfseer_rt.predict import registry
 from perfseer_rt.predict.api import predict
@@ -61,8 +62,8 @@ def _limits(max_latency_ms: float | None, max_memory_mb: float | None,
                                 (_mem_metric(pred_metrics), max_memory_mb, "--max-memory-mb")):
         if limit is None:
             continue
-        if not limit > 0:
-            raise PerfSeerError(f"{flag} {limit!r}: expected a positive number")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
+            raise OptionError(f"{flag} {limit!r}: expected a positive, finite number")
         if metric not in pred_metrics:
             raise MetricError(f"{flag}: this device's predictor does not predict "
                               f"{'memory' if metric != time_metric else 'latency'}; it "
@@ -188,6 +189,8 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
     holding the answer's memory. GPU options and ``mig_profile`` as :func:`check`
     (``max_memory_mb`` may then be None: the slice's usable memory).
     """
+    if isinstance(max_value, bool) or not isinstance(max_value, int) or max_value < 1:
+        raise OptionError(f"max_value {max_value!r}: expected an integer of 1 or more")
     limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
