@@ -49,10 +49,12 @@ within a pass). The warm figure (the same model extracted again) is shown
 beside the single-model rows. In-process figures are the median of
 ``--repeat`` after a warm-up; the large graphs run once each.
 
-Run: ``python -m benchmarks.bench_extract_targets [--repeat 7]`` (``--repeat
-3`` takes about 5 minutes on a 2-vCPU VM). Prints one table, the last
-column saying whether each target is met; exits 0 whatever the result (it
-reports, it does not gate).
+Run: ``python -m benchmarks.bench_extract_targets [--repeat 7]`` (on a
+shared 2-vCPU VM ``--repeat 3`` takes about a minute, ``--repeat 7`` two;
+the first run also exports ResNet-50 and the 200 cells with torch into
+``benchmarks/.cache``, some minutes). Prints one table, the last column
+saying whether each target is met; exits 0 whatever the result (it reports,
+it does not gate).
 """
 
 from __future__ import annotations
