@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 
+import perfseer_rt.profile as profile_package
 from perfseer_rt.cli import COMMANDS, load_command, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +46,43 @@ def test_extracting_loads_no_predictor(args):
         assert "perfseer_rt.cli.graph" in loaded and "perfseer_rt.cli.predict" not in loaded
 
 
-def test_predicting_loads_the_predictor_and_no_service():
+#: what a CPU prediction never needs: the GPU predictor and spec sheets, the
+#: profiler beyond reading this machine's CPU and building a session, the
+#: service, calibration's and profiling's commands, a progress bar for one model
+NOT_FOR_CPU_PREDICT = ("perfseer_rt.serve", "perfseer_rt.cli.serve", "perfseer_rt.cli.calibrate",
+                       "perfseer_rt.cli.profile", "perfseer_rt.gpu.predictor", "perfseer_rt.gpu.entries",
+                       "perfseer_rt.gpu.spec_sheet", "perfseer_rt.gpu.memory", "perfseer_rt.gpu.step",
+                       "perfseer_rt.profile.api", "perfseer_rt.profile.worker", "perfseer_rt.profile.timing",
+                       "perfseer_rt.profile.cuda", "tqdm", "multiprocessing")
+
+
+def test_predicting_on_a_cpu_loads_its_predictor_only():
     loaded = _modules_after(["predict", MODEL])
-    assert "perfseer_rt.predict.api" in loaded and "onnxruntime" in loaded
-    assert [m for m in loaded if m.startswith(("perfseer_rt.serve", "perfseer_rt.cli.serve",
-                                               "perfseer_rt.cli.calibrate", "perfseer_rt.cli.profile"))] == []
+    assert {"perfseer_rt.predict.api", "perfseer_rt.predict.seernet_impl", "perfseer_rt.profile.env",
+            "perfseer_rt.profile.session", "onnxruntime"} <= set(loaded)
+    assert [m for m in loaded if m.startswith(NOT_FOR_CPU_PREDICT)] == []
+
+
+def test_predicting_on_a_gpu_loads_the_gpu_predictor():
+    """The other side of the lazy import: a GPU device (from its spec sheet)
+    registers and runs the GPU implementation, and no measuring code."""
+    loaded = _modules_after(["predict", MODEL, "--device", "h100-sxm"])
+    assert {"perfseer_rt.gpu.predictor", "perfseer_rt.gpu.entries"} <= set(loaded)
+    assert [m for m in loaded if m.startswith(("perfseer_rt.profile.worker", "perfseer_rt.serve", "tqdm"))] == []
+
+
+def test_the_profiler_package_loads_its_names_on_first_use():
+    code = ("import sys, perfseer_rt.profile as p\n"
+            "before = sorted(m for m in sys.modules if m.startswith('perfseer_rt.profile.'))\n"
+            "from perfseer_rt.profile import ProfileWorker, environment, hostmem\n"
+            "from perfseer_rt.profile.worker import ProfileWorker as W\n"
+            "assert ProfileWorker is W and callable(environment) and hostmem.__name__.endswith('hostmem')\n"
+            "assert all(callable(getattr(p, n)) or getattr(p, n) is not None for n in p.__all__)\n"
+            "print(before)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        profile_package.nope  # noqa: B018
 
 
 def test_help_lines_are_the_commands_own():

@@ -27,6 +27,7 @@ from perfseer_rt.gpu import backward as B
 from perfseer_rt.gpu import learned as L
 from perfseer_rt.gpu import mig_advice, power, pricing, resources, step, timeline
 from perfseer_rt.gpu.kernel_table import KernelTable
+from perfseer_rt.gpu.layouts import LAYOUTS
 from perfseer_rt.gpu.precision import Precision, get_precision
 from perfseer_rt.gpu.prior import PROVENANCE, load_prior
 from perfseer_rt.gpu.spec_sheet import SpecSheet
@@ -37,7 +38,6 @@ from perfseer_rt.predict.interface import Request, register
 from perfseer_rt.predict.mig import find_profile, margin_for, mem_fraction, usable_mib
 from perfseer_rt.predict.registry import Predictor
 
-LAYOUTS = ("nchw", "nhwc")
 #: Prior's launch cost per kernel launch (ms): the GPU-side floor of a kernel.
 PRIOR_LAUNCH_MS = 0.003
 

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tqdm import tqdm
-
 from perfseer_rt.errors import DomainError, ModelLoadError, PerfSeerError
 from perfseer_rt.graph.many import iter_extract_many
 from perfseer_rt.predict.api import predict
@@ -50,6 +48,14 @@ def parse_batches(text: str | None) -> list[int | None]:
     return list(dict.fromkeys(values))
 
 
+def _progress_bar(total: int) -> Any:
+    """A tqdm bar of ``total`` graphs on stderr."""
+    # lazy: tqdm (and the multiprocessing lock its first bar creates, ~30 ms) only when a bar is shown
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="extract", unit="graph", file=sys.stderr)
+
+
 def predict_many(models: list[str], batches: list[int | None], *, device: str | None = None,
                  metrics: Sequence[str] | None = None,
                  input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -75,11 +81,12 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
         else progress
     graphs: list[Any] = []
     names: list[str] = []
-    with tqdm(total=total, desc="extract", unit="graph", disable=not show,
-              file=sys.stderr) as bar:
+    bar = _progress_bar(total) if show else None
+    try:
         outcomes = iter_extract_many(models, batches, input_shapes, dims, workers=workers)
         for m, outcome in zip(models, outcomes):
-            bar.update(len(batches))
+            if bar is not None:
+                bar.update(len(batches))
             if isinstance(outcome, PerfSeerError):
                 named_by(m, outcome)
                 if on_error is None:
@@ -88,6 +95,9 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
                 continue
             graphs += outcome
             names += [m] * len(outcome)
+    finally:
+        if bar is not None:
+            bar.close()
     while True:  # a graph far outside the device's domain: named by its model, left out with on_error
         if not graphs:
             return []

@@ -27,9 +27,9 @@ from typing import Any
 
 from perfseer_rt.errors import OptionError
 from perfseer_rt.gpu.backward import OPTIMIZERS
+from perfseer_rt.gpu.layouts import LAYOUTS
 from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
 from perfseer_rt.gpu.precision import PRECISIONS
-from perfseer_rt.gpu.predictor import LAYOUTS
 from perfseer_rt.option_parsers import (
     choice,
     parse_batch,

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfseer_rt.errors import DeviceError, PerfSeerError
-from perfseer_rt.gpu.entries import ALIASES as GPU_ALIASES
-from perfseer_rt.gpu.entries import gpu_entries
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import FieldScale, Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
@@ -210,6 +208,9 @@ def predictors() -> dict[str, Predictor]:
     """Every predictor by device name: the shipped ones, the GPUs of the
     shipped and the user's spec sheets, then the user's entries under
     :func:`user_root` (read at each call: calibrate and add-gpu add some)."""
+    # lazy: the GPU spec sheets' modules load only when the list needs them (not for a shipped device)
+    from perfseer_rt.gpu.entries import gpu_entries
+
     out = dict(shipped_predictors())
     for name, folder, doc, user in gpu_entries(models_root(), user_root()):
         out.setdefault(name, Predictor(name, folder, doc, user=user))
@@ -232,6 +233,14 @@ def get_predictor(device: str | None) -> Predictor:
         DeviceError: unknown device (the message lists the shipped ones).
         ManifestError: a manifest that does not follow the schema (strict).
     """
+    shipped = shipped_predictors()
+    if device is None:
+        device = next((d for d in DEFAULT_DEVICES if d in shipped and shipped[d].kind not in GPU_KINDS), None)
+    if device in shipped:  # a shipped entry wins over any other of its name: no need to list them
+        return check_layout(shipped[device])
+    # lazy: the GPU spec sheets' modules load only for a device that is not shipped
+    from perfseer_rt.gpu.entries import ALIASES as GPU_ALIASES
+
     found = predictors()
     if not found:
         raise DeviceError(f"no predictors are installed (looked in {models_root()} and {user_root()})")
