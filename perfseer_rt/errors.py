@@ -17,9 +17,10 @@ class OptionError(PerfSeerError):
     ``--mode``, a budget that is not a positive finite number)."""
 
 
-class OutputError(PerfSeerError):
+class OutputError(PerfSeerError, OSError):
     """An output file cannot be written where it was asked: a folder's name,
-    a folder that does not exist, or one the user may not write in."""
+    a folder that does not exist, or one the user may not write in (also an
+    ``OSError``, as the failed write it stands for)."""
 
 
 class ModelLoadError(PerfSeerError):

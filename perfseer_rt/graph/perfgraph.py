@@ -187,7 +187,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise OutputError(f"{text}: cannot write there ({exc.strerror})") from None
+        raise OutputError(f"{text}: cannot write there ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -197,7 +197,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         _unlink(tmp)
-        raise OutputError(f"{text}: cannot write there ({exc.strerror})") from None
+        raise OutputError(f"{text}: cannot write there ({exc.strerror or exc})") from None
     except BaseException:
         _unlink(tmp)
         raise
