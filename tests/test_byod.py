@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from training.byod.cli import main  # noqa: E402
 from training.byod.errors import ByodError  # noqa: E402
+from training.byod.memory_k import MIN_ACT_MIB, run_phase_k, spread  # noqa: E402
 from training.byod.table import parse_rows, read_csv  # noqa: E402
 
 # (cell, gold_6240_ms) of HELP's NAS-Bench-201 architectures 0..7
@@ -247,3 +248,11 @@ def test_bare_cell_hint_shows_the_model_format_syntax(tmp_path, capsys):
     code, _, err = run_cli(["train", "--csv", str(p), "--model-column", "cell", "--metric", "latency_ms",
                             "--device", "d", "--cache", str(tmp_path / "c"), "--quiet"], capsys)
     assert code == 2 and "--model-format 'nb201:{}'" in err
+
+
+def test_run_phase_k_is_the_run_phase_over_the_live_activations():
+    assert run_phase_k(100.0, 160.0, 30.0) == pytest.approx(2.0)
+    assert run_phase_k(100.0, 160.0, MIN_ACT_MIB / 2) is None  # the arena's fixed cost, not a multiple
+    s = spread({"a": [2.0, 2.0, 2.0], "b": [1.0, 3.0], "c": [5.0]})  # c: one batch size, no spread
+    assert s["architectures"] == 2 and s["cv_median"] == pytest.approx(0.25)
+    assert spread({"c": [5.0]}) == {"architectures": 0}
