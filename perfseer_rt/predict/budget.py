@@ -14,6 +14,7 @@ budget. Limits are in the metrics' units: milliseconds and MiB.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Any
 
@@ -57,12 +58,12 @@ def _metrics(device: str | None, mode: str) -> tuple[list[str], str]:
 
 def _limits(max_latency_ms: float | None, max_memory_mb: float | None,
             pred_metrics: list[str], time_metric: str = "latency_ms") -> dict[str, float]:
-    limits = {}
+    limits: dict[str, float] = {}
     for metric, limit, flag in ((time_metric, max_latency_ms, "--max-latency-ms"),
                                 (_mem_metric(pred_metrics), max_memory_mb, "--max-memory-mb")):
         if limit is None:
             continue
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 < limit < math.inf:
             raise OptionError(f"{flag} {limit!r}: expected a positive, finite number")
         if metric not in pred_metrics:
             raise MetricError(f"{flag}: this device's predictor does not predict "
@@ -189,8 +190,9 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
     holding the answer's memory. GPU options and ``mig_profile`` as :func:`check`
     (``max_memory_mb`` may then be None: the slice's usable memory).
     """
-    if isinstance(max_value, bool) or not isinstance(max_value, int) or max_value < 1:
+    if isinstance(max_value, bool) or not isinstance(max_value, numbers.Integral) or max_value < 1:
         raise OptionError(f"max_value {max_value!r}: expected an integer of 1 or more")
+    max_value = int(max_value)
     limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     if dim is not None and not isinstance(model, (str, os.PathLike)):
         raise PerfSeerError("--dim needs a model file")
