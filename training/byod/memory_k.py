@@ -43,6 +43,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import predict
+from training.byod.cpu_check import rows_of
 from training.byod.cpu_score import graphs_for
 from training.seernet.data import load_samples, read_records
 
@@ -115,8 +116,7 @@ def check_rows(measured: Path, work: Path, device: str, model: HistGradientBoost
     """The measured one-thread rows of ``measured`` with their k: measured,
     implied by ``device``'s run-phase prediction, and learned."""
     acc: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for line in measured.read_text().splitlines():
-        r = json.loads(line)
+    for r in rows_of(measured):
         if r.get("status") == "ok" and r.get("threads") == 1 and r.get("loaded_mb"):
             for m in ("loaded_mb", "run_peak_mb"):
                 acc[(r["spec"], r["batch"])][m].append(float(r[m]))
