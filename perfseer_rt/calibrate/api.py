@@ -44,6 +44,7 @@ from perfseer_rt.graph import PerfGraph, extract
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.domain import DOMAIN_FILE
 from perfseer_rt.predict.registry import Predictor, get_predictor, shipped_predictors, user_root
+from perfseer_rt.predict.run_memory import RUN_MEMORY_FILE
 from perfseer_rt.predict.seernet_run import external_weights_mb, reported, run_predictor
 from perfseer_rt.profile.api import check_cuda
 from perfseer_rt.profile.env import environment
@@ -260,6 +261,8 @@ def calibrate_from_measurements(name: str, base: str, graphs: Sequence[PerfGraph
         files[ref] = base_pred.folder / ref
     if (base_pred.folder / DOMAIN_FILE).is_file():  # the base's domain is the entry's (the same networks)
         files[DOMAIN_FILE] = base_pred.folder / DOMAIN_FILE
+    if (base_pred.folder / RUN_MEMORY_FILE).is_file():  # the run phase as the base computes it
+        files[RUN_MEMORY_FILE] = base_pred.folder / RUN_MEMORY_FILE
     write_entry(Path(folder), manifest, files, overwrite=overwrite)
     return CalibrationResult(name, Path(folder), base, corrections,
                              expected=manifest["calibration"]["expected_on_real_models"])

@@ -23,6 +23,7 @@ from perfseer_rt.errors import DeviceError, PerfSeerError
 from perfseer_rt.graph import layout
 from perfseer_rt.predict.correction import Correction
 from perfseer_rt.predict.manifest import FieldScale, Manifest, ManifestError, MemoryParts, Uncertainty, parse_manifest
+from perfseer_rt.predict.run_memory import RunMemory, of_folder
 
 MANIFEST = "manifest.json"
 #: Used when no device is named (the first of these that ships).
@@ -76,6 +77,12 @@ class Predictor:
     def memory(self) -> MemoryParts | None:
         """How peak memory splits into parts (typed manifests only)."""
         return self.schema.seernet.memory if self.schema is not None else None
+
+    @property
+    def run_memory(self) -> RunMemory | None:
+        """The run phase from the simulated arena (``run_memory.json`` in the
+        folder: :mod:`perfseer_rt.predict.run_memory`); None: the network's."""
+        return of_folder(self.folder) if self.schema is not None else None
 
     @property
     def uncertainty(self) -> Uncertainty | None:

@@ -91,7 +91,8 @@ class SeernetPredictor:
             if outside is not None:
                 domain.mark_extrapolated(result, outside[0], outside[1])
             if pred.memory is not None and pred.memory.peak in wanted:
-                metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out)
+                metric_out[pred.memory.peak]["parts"] = memory_parts(pred.memory, graph, out,
+                                                                      pred.run_memory is not None)
             if pred.mig_gpu and mem_metric:
                 mape = pred.test_accuracy(mem_metric, model).get("mape")
                 result["mig"] = mig.suggest(pred.mig_gpu, out[mem_metric], mig.margin_for(mape))

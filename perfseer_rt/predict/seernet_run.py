@@ -111,7 +111,7 @@ def external_weights_mb(graphs: Sequence[PerfGraph]) -> np.ndarray:
 
 
 def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None = None,
-             graphs: Sequence[PerfGraph] | None = None) -> np.ndarray:
+             graphs: Sequence[PerfGraph] | None = None, simulate_run: bool = True) -> np.ndarray:
     """Raw outputs ``[G, M]`` of ``pred``'s model as the device reports them:
     the shipped field scale applied, then a calibrated entry's corrections
     (each metric's; the peak-memory one to both memory phases too, so the
@@ -124,12 +124,18 @@ def reported(pred: Predictor, values: np.ndarray, external_mb: np.ndarray | None
     calibration fits its corrections on the quantity before them (the base
     entry as it reports), so fit and use agree. ``graphs``: the graphs of
     the rows, for a correction per kind of work
-    (:meth:`~perfseer_rt.predict.correction.Correction.apply`)."""
+    (:meth:`~perfseer_rt.predict.correction.Correction.apply`), and for the
+    run phase where the device simulates it (``run_memory.json``,
+    :mod:`perfseer_rt.predict.run_memory`: it replaces the model's run-phase
+    output before everything else; ``simulate_run=False`` keeps the model's)."""
     values = np.array(values, dtype=np.float64)
     col = {name: j for j, name in enumerate(pred.outputs)}
     mem = pred.memory  # kept only where the peak is the max of two phases the model outputs
     if mem is not None and not (mem.combine == "max" and {mem.peak, mem.load, mem.run} <= col.keys()):
         mem = None
+    run_memory = pred.run_memory
+    if mem is not None and run_memory is not None and graphs is not None and simulate_run:
+        values[:, col[mem.run]] = run_memory.run_phase_mb(graphs)
     adjustments: list[Mapping[str, FieldScale | Correction]] = [pred.field_scale, pred.corrections]
     for adjust in adjustments:
         for name, how in adjust.items():
@@ -251,16 +257,20 @@ def _add_intervals(result: dict[str, Any], unc: Uncertainty, distance: float,
             "are the wider ones calibrated for such models")
 
 
-def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float]) -> dict[str, Any]:
+def memory_parts(mem: MemoryParts, graph: PerfGraph, out: dict[str, float],
+                 run_simulated: bool = False) -> dict[str, Any]:
     """The peak-memory prediction as parts (MiB): the weights (exact, from the
     graph: each initializer once), the predicted peak while the session is
-    created and while it runs, which of them is the peak, and the runtime's
-    own baseline that the peak does not include."""
+    created and while it runs (``run_simulated``: from the simulated arena,
+    else the network's), which of them is the peak, and the runtime's own
+    baseline that the peak does not include."""
     load, run = out[mem.load], out[mem.run]
     weights = float(graph.globals["weight_total"]) / 2**20
     return {"weights_mb": weights,
             "session_load_peak_mb": load, "load_overhead_mb": max(load - weights, 0.0),
             "inference_run_peak_mb": run, "run_overhead_mb": max(run - weights, 0.0),
+            "run_phase_method": ("the session's weights plus onnxruntime's arena simulated on the graph "
+                                 "(run_memory.json)") if run_simulated else "the network's output",
             "peak_phase": "session creation" if load >= run else "inference",
             "combine": mem.combine,
             "runtime_baseline_mb": mem.baseline_mb,
