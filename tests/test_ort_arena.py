@@ -123,3 +123,20 @@ def test_footprint_of_a_real_model_scales_with_the_batch(batch):
         one = extract(EXAMPLE, batch=1)
         f1 = oa.footprint(one.x, one.edge_index, one.edge_attr)
         assert 3.8 < f.resident / f1.resident < 4.2  # activations scale 4x; the arena adds no fixed cost here
+
+
+def test_the_simulated_first_run_grows_the_arena_as_onnxruntime_does(tmp_path):
+    """Ground truth from onnxruntime's own arena log (training/byod/arena_log.py):
+    a runnable residual conv net at batch 64 (4 MiB activations), region by
+    region, and the memory-pattern block the later runs take."""
+    from training.byod.arena_log import real_growth, simulated_growth
+
+    nodes = conv("a", "x", "h") + [helper.make_node("Relu", ["h"], ["r"])] + conv("b", "r", "c") + [
+        helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["t"])] + conv("d", "t", "y")
+    m = model(nodes, [("x", ["N", C, H, W])], [("y", ["N", C, H, W])], weights("a", "b", "d"))
+    path = tmp_path / "net.onnx"
+    path.write_bytes(m.SerializeToString())
+    real, sim = real_growth(path, 64), simulated_growth(path, 64)
+    assert real, "onnxruntime logged no arena extension (has its log format changed?)"
+    assert [e["region"] for e in real if e["run"] == 0] == [e["region"] for e in sim["first_run_regions"]]
+    assert [e["request"] for e in real if e["run"] > 0] == [sim["pattern_block"]]

@@ -258,6 +258,10 @@ class Arena:
     def _unfree(self, base: int) -> None:
         self._free.pop(bisect.bisect_left(self._free, (self._chunk[base][0], base)))
 
+    def regions(self) -> list[int]:
+        """Sizes of the regions grown so far, in order, bytes."""
+        return [len(pages) * PAGE for _, pages in self._pages]
+
     def resident(self) -> float:
         """Bytes of the pages written so far."""
         return float(sum(int(p.sum()) for _, p in self._pages) * PAGE)
