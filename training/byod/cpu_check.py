@@ -50,6 +50,18 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def one_thread_values(path: Path, metrics: Sequence[str]) -> dict[tuple[str, int], dict[str, list[float]]]:
+    """``(spec, batch) -> metric -> values`` of the file's successful
+    one-thread rows that have every one of ``metrics`` (repeats pooled)."""
+    acc: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for r in rows_of(path):
+        if r.get("status") == "ok" and r.get("threads") == 1 and all(r.get(m) for m in metrics):
+            per = acc.setdefault((r["spec"], r["batch"]), {m: [] for m in metrics})
+            for m in metrics:
+                per[m].append(float(r[m]))
+    return acc
+
+
 def export_all(specs: Sequence[str], work: Path) -> dict[str, str]:
     """spec -> ONNX path, or -> ``"error: ..."`` for a spec torch cannot export
     (recorded in ``work/not_exportable.json``, never replaced)."""

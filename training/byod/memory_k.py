@@ -43,7 +43,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from perfseer_rt.graph import layout
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import predict
-from training.byod.cpu_check import rows_of
+from training.byod.cpu_check import one_thread_values
 from training.byod.cpu_score import graphs_for
 from training.seernet.data import load_samples, read_records
 
@@ -115,11 +115,7 @@ def check_rows(measured: Path, work: Path, device: str, model: HistGradientBoost
                ) -> list[dict[str, Any]]:
     """The measured one-thread rows of ``measured`` with their k: measured,
     implied by ``device``'s run-phase prediction, and learned."""
-    acc: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows_of(measured):
-        if r.get("status") == "ok" and r.get("threads") == 1 and r.get("loaded_mb"):
-            for m in ("loaded_mb", "run_peak_mb"):
-                acc[(r["spec"], r["batch"])][m].append(float(r[m]))
+    acc = one_thread_values(measured, ("loaded_mb", "run_peak_mb"))
     keys = sorted(acc)
     graphs = graphs_for(keys, work)
     results = predict([graphs[k] for k in keys], device=device, metrics=["peak_mem_mb"])

@@ -43,7 +43,7 @@ from perfseer_rt.predict import run_memory as rm
 from perfseer_rt.predict.ort_arena import footprint
 from perfseer_rt.predict.registry import get_predictor
 from perfseer_rt.predict.seernet_run import external_weights_mb, reported, run_predictor
-from training.byod.cpu_check import rows_of
+from training.byod.cpu_check import one_thread_values
 from training.byod.cpu_score import graphs_for
 from training.seernet.data import load_samples, read_records
 
@@ -111,11 +111,7 @@ def held_out(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def check(measured: Path, work: Path, device: str) -> dict[str, Any]:
     """The device as written against one-thread ``cpu_check`` rows: MAPE (%)
     of the run phase and the peak by batch, simulated and the network's."""
-    acc: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows_of(measured):
-        if r.get("status") == "ok" and r.get("threads") == 1 and r.get("run_peak_mb"):
-            for m in ("run_peak_mb", "peak_mem_mb"):
-                acc[(r["spec"], r["batch"])][m].append(float(r[m]))
+    acc = one_thread_values(measured, ("run_peak_mb", "peak_mem_mb"))
     keys = sorted(acc)
     graphs = graphs_for(keys, work)
     pred = get_predictor(device)
