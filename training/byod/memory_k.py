@@ -46,6 +46,7 @@ from perfseer_rt.predict import predict
 from training.byod.cpu_check import one_thread_values
 from training.byod.cpu_score import graphs_for
 from training.seernet.data import load_samples, read_records
+from training.seernet.sample import GraphSample
 
 #: Smallest live-activation peak (MiB) whose record enters the analysis.
 MIN_ACT_MIB = 2.0
@@ -73,20 +74,24 @@ def _features(u: np.ndarray) -> np.ndarray:
     return np.log1p(np.abs(np.asarray(u, dtype=np.float64)))
 
 
-def dataset_rows(dirs: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per dataset configuration with a k: arch, family, batch, k,
-    and the graph's global features."""
+def both_phases(dirs: Sequence[str]) -> list[tuple[GraphSample, float, float]]:
+    """``(sample, loaded_mb, run_peak_mb)`` of every dataset configuration
+    with both measured (``loaded_mb``: the median over its records)."""
     loaded: dict[str, list[float]] = defaultdict(list)
     for r in read_records(dirs):
         q = r.get("quality") or {}
         if r.get("status") == "ok" and q.get("loaded_mb"):
             loaded[r["graph_key"]].append(float(q["loaded_mb"]))
+    return [(s, float(np.median(loaded[s.key])), float(s.targets["run_peak_mb"])) for s in load_samples(dirs)
+            if s.key in loaded and s.targets.get("run_peak_mb") is not None]
+
+
+def dataset_rows(dirs: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per dataset configuration with a k: arch, family, batch, k,
+    and the graph's global features."""
     rows = []
-    for s in load_samples(dirs):
-        run = s.targets.get("run_peak_mb")
-        if s.key not in loaded or run is None:
-            continue
-        k = run_phase_k(float(np.median(loaded[s.key])), run, float(s.u[_ACT]) / 2**20)
+    for s, loaded, run in both_phases(dirs):
+        k = run_phase_k(loaded, run, float(s.u[_ACT]) / 2**20)
         if k is not None and k > 0:
             rows.append({"arch": s.arch_id, "family": s.family, "batch": s.batch, "k": k, "u": s.u})
     return rows

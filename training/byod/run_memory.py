@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,7 +44,7 @@ from perfseer_rt.predict.registry import get_predictor
 from perfseer_rt.predict.seernet_run import external_weights_mb, reported, run_predictor
 from training.byod.cpu_check import one_thread_values
 from training.byod.cpu_score import graphs_for
-from training.seernet.data import load_samples, read_records
+from training.byod.memory_k import both_phases
 
 #: Smallest simulated resident arena (MiB) whose record fits the arena scale.
 MIN_RESIDENT_MIB = 2.0
@@ -61,20 +60,9 @@ def session_columns(u: np.ndarray) -> np.ndarray:
 def dataset_rows(dirs: Sequence[str]) -> list[dict[str, Any]]:
     """One row per configuration with both phases measured: family, batch,
     loaded and run MiB, the session columns and the simulated resident MiB."""
-    loaded: dict[str, list[float]] = defaultdict(list)
-    for r in read_records(dirs):
-        q = r.get("quality") or {}
-        if r.get("status") == "ok" and q.get("loaded_mb"):
-            loaded[r["graph_key"]].append(float(q["loaded_mb"]))
-    rows = []
-    for s in tqdm(load_samples(dirs), desc="arena", unit="graph"):
-        run = s.targets.get("run_peak_mb")
-        if s.key not in loaded or run is None:
-            continue
-        rows.append({"family": s.family, "batch": s.batch, "loaded": float(np.median(loaded[s.key])),
-                     "run": float(run), "cols": session_columns(s.u),
-                     "resident": footprint(s.x, s.edge_index, s.edge_attr).resident / 2**20})
-    return rows
+    return [{"family": s.family, "batch": s.batch, "loaded": loaded, "run": run, "cols": session_columns(s.u),
+             "resident": footprint(s.x, s.edge_index, s.edge_attr).resident / 2**20}
+            for s, loaded, run in tqdm(both_phases(dirs), desc="arena", unit="graph")]
 
 
 def fit(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, float]:
