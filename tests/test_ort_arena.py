@@ -140,3 +140,21 @@ def test_the_simulated_first_run_grows_the_arena_as_onnxruntime_does(tmp_path):
     assert real, "onnxruntime logged no arena extension (has its log format changed?)"
     assert [e["region"] for e in real if e["run"] == 0] == [e["region"] for e in sim["first_run_regions"]]
     assert [e["request"] for e in real if e["run"] > 0] == [sim["pattern_block"]]
+
+
+def test_the_exact_pattern_block_is_read_from_an_arena_of_exact_regions(tmp_path):
+    """training/byod/arena_log.real_block reads onnxruntime's memory-pattern
+    block from an arena whose regions are exactly the requests (where the
+    default arena's doubled regions may hold it without a log line): on a
+    plain conv chain it is the simulated block, two activations alive at
+    each convolution."""
+    from training.byod.arena_log import real_block, simulated_growth
+
+    nodes = conv("a", "x", "h") + [helper.make_node("Relu", ["h"], ["r"])] + conv("b", "r", "c") + [
+        helper.make_node("Relu", ["c"], ["t"])] + conv("d", "t", "u") + [
+        helper.make_node("ReduceMean", ["u"], ["y"], keepdims=0)]
+    m = model(nodes, [("x", ["N", C, H, W])], [("y", [])], weights("a", "b", "d"))
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(m.SerializeToString())
+    block, sim = real_block(path, 64), simulated_growth(path, 64)
+    assert block == sim["pattern_block"] == 2 * 64 * BYTES

@@ -1,0 +1,237 @@
+"""onnxruntime's own allocation plan and memory pattern, replayed on the graph onnxruntime runs.
+
+The ground truth for :mod:`perfseer_rt.predict.ort_arena`, which simulates
+the same from a PerfGraph (the exported graph). Here the graph is the one
+onnxruntime's CPU provider builds (``ORT_ENABLE_ALL``: constant folding,
+Conv+BatchNormalization+activation fusions, the blocked NCHWc layout with
+its ReorderInput / ReorderOutput nodes, BiasGelu, FusedMatMul, ...), saved
+with ``optimized_model_filepath``, and every value's size is the one a real
+run gives it (the optimized graph run once with every value as an output).
+The plan follows onnxruntime's ``allocation_planner.cc`` (sequential
+execution, ``ComputeSingleStreamReusePlan``) and ``mem_pattern_planner.h``:
+
+1. A graph output gets a buffer of its own, outside the pattern.
+2. A view (:data:`ALIAS`: Reshape, Squeeze, Unsqueeze, Flatten, Identity,
+   Dropout) is its input's buffer.
+3. An operator registered ``MayInplace`` (:data:`MAY_INPLACE`: the unary
+   activations and Softmax, Cast; the blocked convolution and FusedConv on
+   their "Sum" input, index 3) writes into that input's buffer when this
+   node is the input's last use and the sizes match.
+4. Otherwise the output takes a dead buffer of the same shape and element
+   size (``FindReusableTensor``): the most recently freed first; the buffer
+   then lives until the last use of every value that shares it, which can
+   raise the peak (a buffer taken late keeps its first owner's slot).
+5. Otherwise it is allocated. After each node, the buffers whose values are
+   all used go to the front of the free list.
+
+The memory-pattern block is :class:`MemPatternPlanner`'s: each allocation
+at the start of the tightest gap between the live blocks (sorted by
+offset) that holds it, else after the last live block; its size is the
+largest end. On ResNet-, ConvNeXt-, RepViT-, MobileOne-, HGNet- and
+ECA-ResNet-style models at batch 16 it equals onnxruntime's own block to the
+byte (``python -m training.byod.ort_plan MODEL --batch 16`` prints both:
+the real one from :func:`training.byod.arena_log.real_block`). Where
+onnxruntime's graph has shapes its inference cannot name (a Reshape whose
+target is computed from ``Shape``), it cannot reuse by shape and the plan
+here, which knows every size, reuses more than it does (transformers).
+
+    python -m training.byod.ort_plan MODEL.onnx --batch 16 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from perfseer_rt.profile.inputs import make_inputs
+
+#: Operators whose output is their first input's buffer (kernel ``Alias(0, 0)``).
+ALIAS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+#: ``op type -> inputs`` the CPU kernel may write its output into (``MayInplace(i, 0)``).
+MAY_INPLACE: dict[str, tuple[int, ...]] = {
+    **{op: (0,) for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu",
+                           "ThresholdedRelu", "Softplus", "Softsign", "Softmax", "Cast")},
+    "Conv@com.microsoft.nchwc": (3,), "FusedConv@com.microsoft": (3,)}
+ALIGN = 64  #: bytes: onnxruntime's kAllocAlignment, every planned size is rounded up to it
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The allocations of one run in order: ``events`` are ``("alloc",
+    buffer, bytes)`` / ``("free", buffer, 0)``; ``outputs`` the graph
+    outputs' bytes (allocated outside the pattern); ``block`` the
+    memory-pattern block, bytes."""
+
+    events: list[tuple[str, str, int]]
+    outputs: list[int]
+    block: int
+
+
+def optimized(model: Path, out: Path) -> onnx.ModelProto:
+    """The graph onnxruntime's CPU provider runs for ``model`` (one thread,
+    every optimization), saved to ``out`` and loaded."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    so.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(out))
+
+
+def value_bytes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[tuple[int, ...], int, int]]:
+    """``value -> (shape, element size, bytes)`` of every node output of the
+    optimized graph ``m`` in a real run at ``batch`` (the graph run once,
+    unoptimized, with every value as an output)."""
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                m.graph.output.append(helper.make_empty_tensor_value_info(o))
+                have.add(o)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    values = sess.run(names, make_inputs(sess, batch=batch))
+    return {n: (tuple(v.shape), v.dtype.itemsize, int(v.nbytes)) for n, v in zip(names, values)
+            if isinstance(v, np.ndarray)}
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def plan(m: onnx.ModelProto, sizes: dict[str, tuple[tuple[int, ...], int, int]]) -> Plan:
+    """onnxruntime's plan and memory pattern of the optimized graph ``m``
+    with the values' real ``sizes`` (module doc)."""
+    g = m.graph
+    fixed = {i.name for i in g.input} | {i.name for i in g.initializer}
+    outputs = {o.name for o in g.output}
+    uses: Counter = Counter(i for n in g.node for i in n.input if i)
+    buf: dict[str, str] = {}      # value -> buffer (the value that allocated it)
+    left: Counter = Counter()     # buffer -> uses left over every value sharing it
+    owned: set[str] = set()       # buffers this plan allocates
+    freelist: list[str] = []
+    allocated_at: list[tuple[int, str]] = []
+    out_bytes: list[int] = []
+    for k, n in enumerate(g.node):
+        inplace = MAY_INPLACE.get(n.op_type if n.domain in ("", "ai.onnx") else f"{n.op_type}@{n.domain}", ())
+        for o in n.output:
+            if not o or o not in sizes:
+                continue
+            if o in outputs:
+                out_bytes.append(_aligned(sizes[o][2]))
+                continue
+            if n.op_type in ALIAS and n.input and n.input[0] in fixed:
+                continue  # a view of a graph input or an initializer: nothing allocated
+            b = None
+            if n.op_type in ALIAS and n.input and n.input[0] in buf:
+                b = buf[n.input[0]]
+            for i in inplace:
+                src = n.input[i] if len(n.input) > i else ""
+                if b is None and src in buf and src not in fixed and left[buf[src]] == 1 \
+                        and sizes[src][2] == sizes[o][2]:
+                    b = buf[src]
+            if b is None:
+                key = sizes[o][:2]
+                b = next((f for f in freelist if sizes[f][:2] == key), None)
+                if b is not None:
+                    freelist.remove(b)
+            if b is None:
+                b = o
+                owned.add(o)
+                allocated_at.append((k, o))
+            buf[o] = b
+            left[b] += uses[o]
+        for i in n.input:
+            if i in buf and i not in fixed:
+                left[buf[i]] -= 1
+        for v in [*n.input, *n.output]:
+            b = buf.get(v)
+            if b in owned and left[b] == 0 and b not in freelist:
+                freelist.insert(0, b)
+    last: dict[str, int] = {}
+    for k, n in enumerate(g.node):
+        for i in n.input:
+            if i in buf and buf[i] in owned:
+                last[buf[i]] = k
+    events: list[tuple[str, str, int]] = []
+    at = iter(allocated_at)
+    nxt = next(at, None)
+    for k, n in enumerate(g.node):
+        while nxt is not None and nxt[0] == k:
+            events.append(("alloc", nxt[1], _aligned(sizes[nxt[1]][2])))
+            nxt = next(at, None)
+        for b in sorted({buf[i] for i in n.input if i in buf and last.get(buf[i]) == k}):
+            events.append(("free", b, 0))
+    return Plan(events, out_bytes, pattern_block(events))
+
+
+def pattern_block(events: Sequence[tuple[str, str, int]]) -> int:
+    """Bytes of onnxruntime's memory-pattern block for ``events`` (module doc)."""
+    blocks: list[tuple[int, int, str]] = []   # (offset, size, buffer), sorted by offset
+    peak = 0
+    for kind, b, size in events:
+        if kind == "free":
+            blocks = [x for x in blocks if x[2] != b]
+            continue
+        cur, best, waste = 0, None, None
+        for off, sz, _ in blocks:
+            if off >= cur and off - cur >= size and (waste is None or off - cur - size < waste):
+                best, waste = cur, off - cur - size
+            cur = off + sz
+        offset = (blocks[-1][0] + blocks[-1][1] if blocks else 0) if best is None else best
+        blocks.append((offset, size, b))
+        blocks.sort()
+        peak = max(peak, offset + size)
+    return peak
+
+
+def of_model(model: Path, batch: int) -> Plan:
+    """:func:`plan` of ``model`` at ``batch`` (onnxruntime optimizes it in a temp folder)."""
+    with tempfile.TemporaryDirectory(prefix="psrt-ort-plan-") as tmp:
+        m = optimized(model, Path(tmp) / "optimized.onnx")
+        return plan(m, value_bytes(m, batch))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    # the real block in its own child: a registered arena stays for the process
+    real = subprocess.run([sys.executable, "-c", "import sys; from training.byod.arena_log import real_block; "
+                           "print(real_block(sys.argv[1], int(sys.argv[2])))", str(args.model), str(args.batch)],
+                          capture_output=True, text=True)
+    real_b = None if real.returncode else json.loads(real.stdout.strip().splitlines()[-1].replace("None", "null"))
+    p = of_model(args.model, args.batch)
+    doc: dict[str, Any] = {"planned_block": p.block, "real_block": real_b,
+                           "allocations": sum(1 for e in p.events if e[0] == "alloc"),
+                           "graph_output_bytes": sum(p.outputs)}
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        mib = 2**20
+        print(f"memory-pattern block: planned {p.block / mib:.2f} MiB ({doc['allocations']} allocations), real "
+              + (f"{real_b / mib:.2f} MiB" if real_b else "none (or onnxruntime could not run it)"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
