@@ -36,6 +36,14 @@ target is computed from ``Shape``), it cannot reuse by shape and the plan
 here, which knows every size, reuses more than it does (transformers).
 
     python -m training.byod.ort_plan MODEL.onnx --batch 16 [--json]
+    python -m training.byod.ort_plan --measured ROWS.jsonl --work W [--out FILE.json]
+
+The first prints the planned block, onnxruntime's real one and the block
+:mod:`perfseer_rt.predict.ort_arena` simulates on the model's PerfGraph:
+the distance the simulation has left to go, model by model. The second
+plans every model of ``training.byod.cpu_check`` rows (exported into
+``W``) and prints the measured run phase (``run_peak_mb - loaded_mb``, one
+thread) over the replay's resident arena (:func:`resident`).
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from perfseer_rt.graph import extract
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from perfseer_rt.predict import ort_arena
 from perfseer_rt.profile.inputs import make_inputs
 
 #: Operators whose output is their first input's buffer (kernel ``Alias(0, 0)``).
@@ -202,6 +213,41 @@ def pattern_block(events: Sequence[tuple[str, str, int]]) -> int:
     return peak
 
 
+def resident(p: Plan) -> float:
+    """Bytes the arena holds after the plan's first run and the block taken
+    from it (:class:`perfseer_rt.predict.ort_arena.Arena`: onnxruntime's
+    best-fit arena of doubling regions; the graph outputs allocated after
+    the activations, outside the block)."""
+    arena = ort_arena.Arena()
+    at: dict[str, int] = {}
+    for kind, b, size in p.events:
+        if kind == "alloc":
+            at[b] = arena.allocate(size)
+        else:
+            arena.release(at.pop(b))
+    for base in [arena.allocate(size) for size in p.outputs]:
+        arena.release(base)
+    if p.block:
+        arena.release(arena.allocate(p.block))
+    return arena.resident()
+
+
+def measured_ratios(rows: Path, work: Path) -> list[dict[str, Any]]:
+    """Per measured one-thread configuration: the measured run phase (MiB),
+    the replay's resident arena (MiB) and their ratio."""
+    # lazy: the zoo's exporter (torch) is needed only here
+    from training.byod.cpu_check import one_thread_values
+    from training.seernet.user_check import exported
+
+    out = []
+    for (spec, batch), v in sorted(one_thread_values(rows, ("run_peak_mb", "loaded_mb")).items()):
+        run = float(np.median(v["run_peak_mb"]) - np.median(v["loaded_mb"]))
+        held = resident(of_model(exported(spec, work), batch)) / 2**20
+        out.append({"spec": spec, "batch": batch, "run_phase_mb": run, "replay_resident_mb": held,
+                    "ratio": run / held if held else None})
+    return out
+
+
 def of_model(model: Path, batch: int) -> Plan:
     """:func:`plan` of ``model`` at ``batch`` (onnxruntime optimizes it in a temp folder)."""
     with tempfile.TemporaryDirectory(prefix="psrt-ort-plan-") as tmp:
@@ -211,17 +257,34 @@ def of_model(model: Path, batch: int) -> Plan:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", type=Path)
+    ap.add_argument("model", type=Path, nargs="?")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--measured", type=Path, help="training.byod.cpu_check rows: ratios for every model")
+    ap.add_argument("--work", type=Path, help="with --measured: the exported models")
+    ap.add_argument("--out", type=Path, help="with --measured: write the ratios as JSON")
     args = ap.parse_args(argv)
+    if args.measured is not None:
+        if args.work is None:
+            ap.error("--measured needs --work")
+        ratios = measured_ratios(args.measured, args.work)
+        for r in ratios:
+            print(f"{r['spec'][:48]:48s} batch {r['batch']:3d}: run phase {r['run_phase_mb']:8.1f} MiB, "
+                  f"replay {r['replay_resident_mb']:8.1f} MiB, ratio {r['ratio']:.3f}")
+        if args.out is not None:
+            atomic_write_bytes(args.out, (json.dumps(ratios, indent=1) + "\n").encode())
+        return 0
+    if args.model is None:
+        ap.error("give a MODEL or --measured")
     # the real block in its own child: a registered arena stays for the process
     real = subprocess.run([sys.executable, "-c", "import sys; from training.byod.arena_log import real_block; "
                            "print(real_block(sys.argv[1], int(sys.argv[2])))", str(args.model), str(args.batch)],
                           capture_output=True, text=True)
     real_b = None if real.returncode else json.loads(real.stdout.strip().splitlines()[-1].replace("None", "null"))
     p = of_model(args.model, args.batch)
-    doc: dict[str, Any] = {"planned_block": p.block, "real_block": real_b,
+    g = extract(args.model, batch=args.batch)
+    simulated = ort_arena.footprint(g.x, g.edge_index, g.edge_attr).pattern
+    doc: dict[str, Any] = {"planned_block": p.block, "real_block": real_b, "simulated_block": simulated,
                            "allocations": sum(1 for e in p.events if e[0] == "alloc"),
                            "graph_output_bytes": sum(p.outputs)}
     if args.json:
@@ -229,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         mib = 2**20
         print(f"memory-pattern block: planned {p.block / mib:.2f} MiB ({doc['allocations']} allocations), real "
-              + (f"{real_b / mib:.2f} MiB" if real_b else "none (or onnxruntime could not run it)"))
+              + (f"{real_b / mib:.2f} MiB" if real_b else "none (or onnxruntime could not run it)")
+              + f"; simulated on the PerfGraph (perfseer_rt.predict.ort_arena) {simulated / mib:.2f} MiB")
     return 0
 
 
