@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -67,6 +65,7 @@ from perfseer_rt.graph import extract
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import ort_arena
 from perfseer_rt.profile.inputs import make_inputs
+from training.byod.arena_log import real_block
 
 #: Operators whose output is their first input's buffer (kernel ``Alias(0, 0)``).
 ALIAS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
@@ -276,11 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.model is None:
         ap.error("give a MODEL or --measured")
-    # the real block in its own child: a registered arena stays for the process
-    real = subprocess.run([sys.executable, "-c", "import sys; from training.byod.arena_log import real_block; "
-                           "print(real_block(sys.argv[1], int(sys.argv[2])))", str(args.model), str(args.batch)],
-                          capture_output=True, text=True)
-    real_b = None if real.returncode else json.loads(real.stdout.strip().splitlines()[-1].replace("None", "null"))
+    real_b = real_block(args.model, args.batch)  # runs in a child of its own
     p = of_model(args.model, args.batch)
     g = extract(args.model, batch=args.batch)
     simulated = ort_arena.footprint(g.x, g.edge_index, g.edge_attr).pattern
@@ -292,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         mib = 2**20
         print(f"memory-pattern block: planned {p.block / mib:.2f} MiB ({doc['allocations']} allocations), real "
-              + (f"{real_b / mib:.2f} MiB" if real_b else "none (or onnxruntime could not run it)")
+              + (f"{real_b / mib:.2f} MiB" if real_b else "none")
               + f"; simulated on the PerfGraph (perfseer_rt.predict.ort_arena) {simulated / mib:.2f} MiB")
     return 0
 
