@@ -27,13 +27,13 @@ execution, ``ComputeSingleStreamReusePlan``) and ``mem_pattern_planner.h``:
 The memory-pattern block is :class:`MemPatternPlanner`'s: each allocation
 at the start of the tightest gap between the live blocks (sorted by
 offset) that holds it, else after the last live block; its size is the
-largest end. On ResNet-, ConvNeXt-, RepViT-, MobileOne-, HGNet- and
-ECA-ResNet-style models at batch 16 it equals onnxruntime's own block to the
-byte (``python -m training.byod.ort_plan MODEL --batch 16`` prints both:
-the real one from :func:`training.byod.arena_log.real_block`). Where
-onnxruntime's graph has shapes its inference cannot name (a Reshape whose
-target is computed from ``Shape``), it cannot reuse by shape and the plan
-here, which knows every size, reuses more than it does (transformers).
+largest end. At batch 16 it equals onnxruntime's own block to the byte on
+28 of 43 real models (every ConvNeXt, ResNet, RepVGG, RepViT, MobileOne,
+HGNet and VoVNet among them; ``reports/cpu-calibrate``), the real one read
+by :func:`training.byod.arena_log.real_block`. Where onnxruntime's graph has
+shapes its inference cannot name (a Reshape whose target is computed from
+``Shape``: transformers, ECA / global-context modules), it cannot reuse by
+shape, and the plan here, which knows every size, reuses more than it does.
 
     python -m training.byod.ort_plan MODEL.onnx --batch 16 [--json]
     python -m training.byod.ort_plan --measured ROWS.jsonl --work W [--out FILE.json]
