@@ -28,8 +28,8 @@ The memory-pattern block is :class:`MemPatternPlanner`'s: each allocation
 at the start of the tightest gap between the live blocks (sorted by
 offset) that holds it, else after the last live block; its size is the
 largest end. At batch 16 it equals onnxruntime's own block to the byte on
-28 of 43 real models (every ConvNeXt, ResNet, RepVGG, RepViT, MobileOne,
-HGNet and VoVNet among them; ``reports/cpu-calibrate``), the real one read
+28 of 43 real models (ConvNeXt-V1, ResNet, RepVGG, RepViT, MobileOne, HGNet
+and VoVNet among them; ``reports/cpu-calibrate``), the real one read
 by :func:`training.byod.arena_log.real_block`. Where onnxruntime's graph has
 shapes its inference cannot name (a Reshape whose target is computed from
 ``Shape``: transformers, ECA / global-context modules), it cannot reuse by
