@@ -269,7 +269,12 @@ class Arena:
 
 def footprint(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray) -> Footprint:
     """The simulated run phase of a graph's arrays (module doc), bytes."""
-    buffers = plan_buffers(x, edge_index, edge_attr)
+    return replay(plan_buffers(x, edge_index, edge_attr))
+
+
+def replay(buffers: Buffers) -> Footprint:
+    """A plan's first run through :class:`Arena`, then its memory-pattern
+    block taken from that arena (module doc, 2 and 3), bytes."""
     arena = Arena()
     at: dict[int, int] = {}
     for _, free, j in events(buffers):

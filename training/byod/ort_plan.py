@@ -79,12 +79,14 @@ ALIGN = 64  #: bytes: onnxruntime's kAllocAlignment, every planned size is round
 
 @dataclass(frozen=True)
 class Plan:
-    """The allocations of one run in order: ``events`` are ``("alloc",
-    buffer, bytes)`` / ``("free", buffer, 0)``; ``outputs`` the graph
-    outputs' bytes (allocated outside the pattern); ``block`` the
-    memory-pattern block, bytes."""
+    """The buffers of one run (:class:`perfseer_rt.predict.ort_arena.Buffers`:
+    bytes, rounded up to :data:`ALIGN`; alive from the node that allocates
+    each through its last reader, in allocation order), the graph outputs'
+    bytes (allocated outside the pattern; not in ``buffers``) and the
+    memory-pattern block (:func:`perfseer_rt.predict.ort_arena.pattern_block`
+    of ``buffers``), bytes."""
 
-    events: list[tuple[str, str, int]]
+    buffers: ort_arena.Buffers
     outputs: list[int]
     block: int
 
@@ -180,55 +182,18 @@ def plan(m: onnx.ModelProto, sizes: dict[str, tuple[tuple[int, ...], int, int]])
         for i in n.input:
             if i in buf and buf[i] in owned:
                 last[buf[i]] = k
-    events: list[tuple[str, str, int]] = []
-    at = iter(allocated_at)
-    nxt = next(at, None)
-    for k, n in enumerate(g.node):
-        while nxt is not None and nxt[0] == k:
-            events.append(("alloc", nxt[1], _aligned(sizes[nxt[1]][2])))
-            nxt = next(at, None)
-        for b in sorted({buf[i] for i in n.input if i in buf and last.get(buf[i]) == k}):
-            events.append(("free", b, 0))
-    return Plan(events, out_bytes, pattern_block(events))
-
-
-def pattern_block(events: Sequence[tuple[str, str, int]]) -> int:
-    """Bytes of onnxruntime's memory-pattern block for ``events`` (module doc)."""
-    blocks: list[tuple[int, int, str]] = []   # (offset, size, buffer), sorted by offset
-    peak = 0
-    for kind, b, size in events:
-        if kind == "free":
-            blocks = [x for x in blocks if x[2] != b]
-            continue
-        cur, best, waste = 0, None, None
-        for off, sz, _ in blocks:
-            if off >= cur and off - cur >= size and (waste is None or off - cur - size < waste):
-                best, waste = cur, off - cur - size
-            cur = off + sz
-        offset = (blocks[-1][0] + blocks[-1][1] if blocks else 0) if best is None else best
-        blocks.append((offset, size, b))
-        blocks.sort()
-        peak = max(peak, offset + size)
-    return peak
+    buffers = ort_arena.Buffers(
+        size=np.array([_aligned(sizes[b][2]) for _, b in allocated_at], dtype=np.float64),
+        start=np.array([k for k, _ in allocated_at], dtype=np.int64),
+        end=np.array([last.get(b, len(g.node)) for _, b in allocated_at], dtype=np.int64), nodes=len(g.node))
+    return Plan(buffers, out_bytes, int(ort_arena.pattern_block(buffers)))
 
 
 def resident(p: Plan) -> float:
     """Bytes the arena holds after the plan's first run and the block taken
-    from it (:class:`perfseer_rt.predict.ort_arena.Arena`: onnxruntime's
-    best-fit arena of doubling regions; the graph outputs allocated after
-    the activations, outside the block)."""
-    arena = ort_arena.Arena()
-    at: dict[str, int] = {}
-    for kind, b, size in p.events:
-        if kind == "alloc":
-            at[b] = arena.allocate(size)
-        else:
-            arena.release(at.pop(b))
-    for base in [arena.allocate(size) for size in p.outputs]:
-        arena.release(base)
-    if p.block:
-        arena.release(arena.allocate(p.block))
-    return arena.resident()
+    from it (:func:`perfseer_rt.predict.ort_arena.replay`; the graph outputs,
+    allocated outside the block, are not counted)."""
+    return ort_arena.replay(p.buffers).resident
 
 
 def measured_ratios(rows: Path, work: Path) -> list[dict[str, Any]]:
@@ -280,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g = extract(args.model, batch=args.batch)
     simulated = ort_arena.footprint(g.x, g.edge_index, g.edge_attr).pattern
     doc: dict[str, Any] = {"planned_block": p.block, "real_block": real_b, "simulated_block": simulated,
-                           "allocations": sum(1 for e in p.events if e[0] == "alloc"),
+                           "allocations": len(p.buffers.size),
                            "graph_output_bytes": sum(p.outputs)}
     if args.json:
         print(json.dumps(doc, indent=1))
