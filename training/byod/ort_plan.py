@@ -74,14 +74,14 @@ MAY_INPLACE: dict[str, tuple[int, ...]] = {
     **{op: (0,) for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu",
                            "ThresholdedRelu", "Softplus", "Softsign", "Softmax", "Cast")},
     "Conv@com.microsoft.nchwc": (3,), "FusedConv@com.microsoft": (3,)}
-ALIGN = 64  #: bytes: onnxruntime's kAllocAlignment, every planned size is rounded up to it
 
 
 @dataclass(frozen=True)
 class Plan:
     """The buffers of one run (:class:`perfseer_rt.predict.ort_arena.Buffers`:
-    bytes, rounded up to :data:`ALIGN`; alive from the node that allocates
-    each through its last reader, in allocation order), the graph outputs'
+    bytes, rounded up to onnxruntime's allocation alignment
+    (:data:`perfseer_rt.predict.ort_arena.PATTERN_ALIGN`); alive from the node
+    that allocates each through its last reader, in allocation order), the graph outputs'
     bytes (allocated outside the pattern; not in ``buffers``) and the
     memory-pattern block (:func:`perfseer_rt.predict.ort_arena.pattern_block`
     of ``buffers``), bytes."""
@@ -125,7 +125,7 @@ def value_bytes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[tuple[int, ..
 
 
 def _aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
+    return -(-nbytes // ort_arena.PATTERN_ALIGN) * ort_arena.PATTERN_ALIGN
 
 
 def plan(m: onnx.ModelProto, sizes: dict[str, tuple[tuple[int, ...], int, int]]) -> Plan:
