@@ -100,8 +100,9 @@ def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_fil
 def test_ablation_variants_change_only_what_they_name(layer_files):
     """``training.gpulearned.ablate``: ``drop`` removes exactly the named
     columns, ``add:clock`` appends the GPU's log2 boost clock (GHz) as one
-    column, ``seed:N`` keeps the data; an unknown feature is refused."""
-    from training.gpulearned import ablate
+    column, ``l2share:A`` recomputes the memory roofline, ``seed:N`` keeps
+    the data; an unknown feature is refused."""
+    from training.gpulearned import ablate, dataset
 
     lab = _label(layer_files[1])
     data = [label_data(lab, SPEC)]
@@ -113,6 +114,9 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     assert added[0].x.shape[1] == len(names) + 1
     assert np.allclose(added[0].x[:, -1], np.log2(SPEC.clock_mhz / 1000.0))
     assert np.array_equal(added[0].x[:, :-1], data[0].x)
+    dram, _ = ablate.variant_data("l2share:0", [lab], data)
+    assert dram[0].roof == pytest.approx(dataset.retime_memory(data[0], SPEC, share=0.0).roof)
+    assert np.array_equal(dram[0].count, data[0].count)
     same, seed = ablate.variant_data("seed:3", [lab], data)
     assert seed == 3 and same is data
     with pytest.raises(ValueError, match="no feature named"):
@@ -132,3 +136,36 @@ def test_ablation_table_has_a_row_per_variant_gpu_and_mode():
     assert "| seed:1 | v100 | train | 1 | 5.0 | -5.0 | 100.0 |" in md
     assert "| seed:1 | v100 | inference" not in md  # no labels, no row
     assert doc["command"] in md
+
+
+def test_the_memory_roofline_moves_what_fits_in_l2_at_the_l2s_bandwidth():
+    """A kernel's bytes that the L2 holds move at the L2's bandwidth, the
+    rest at DRAM's; ``share`` 0 is DRAM only; a kernel far larger than the
+    L2 tends to DRAM's time."""
+    l2 = SPEC.l2_mb * 1e6
+    l2_bw = LF.L2_BYTES_PER_CLOCK_SM * SPEC.sms * SPEC.clock_mhz * 1e6
+    dram = SPEC.mem_bw_gbs * 1e9
+    small, huge = np.array([l2 * LF.L2_SHARE / 2]), np.array([l2 * 1e3])
+    assert LF.memory_ms(small, SPEC) == pytest.approx(small / l2_bw * 1e3)
+    assert LF.memory_ms(small, SPEC, share=0.0) == pytest.approx(small / dram * 1e3)
+    assert LF.memory_ms(huge, SPEC) == pytest.approx(huge / dram * 1e3, rel=2e-3)
+    assert LF.memory_ms(huge, SPEC)[0] > huge[0] / dram * 1e3 * (1 - 1e-3)
+
+
+def test_cached_dram_only_data_is_carried_over_to_the_l2_roofline(layer_files, monkeypatch):
+    """``dataset.retime_memory``: data whose memory side was DRAM only (the
+    cached ``gpu-kernel-2`` data) becomes what the current features give,
+    and ``share`` 0 takes it back."""
+    from training.gpulearned import dataset
+
+    lab = _label(layer_files[2], batch=64)
+    now = label_data(lab, SPEC)
+    memory_ms = LF.memory_ms
+    with monkeypatch.context() as m:
+        m.setattr(LF, "memory_ms", lambda nbytes, spec, share=0.0: memory_ms(nbytes, spec, 0.0))
+        old = label_data(lab, SPEC)
+    assert not np.allclose(old.roof, now.roof)  # the L2 moves some kernels
+    back = dataset.retime_memory(old, SPEC)
+    assert np.allclose(back.x, now.x, rtol=1e-5, atol=1e-4)
+    assert back.roof == pytest.approx(now.roof, rel=1e-5)
+    assert dataset.retime_memory(now, SPEC, share=0.0).roof == pytest.approx(old.roof, rel=1e-5)

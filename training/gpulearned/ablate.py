@@ -15,6 +15,10 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
   input the shipped layer does not have;
 * ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
   ``min(1, L2 / bytes)``.
+* ``l2share:A``: the roofline's memory side with ``A`` in place of
+  :data:`perfseer_rt.gpu.learned_features.L2_SHARE` (``l2share:0``: DRAM
+  only, the roofline before the L2 entered it), the roofline and its two
+  time features recomputed (:func:`training.gpulearned.dataset.retime_memory`).
 
 Writes ``OUT/ablation.json`` (MAPE and median signed error in % per
 variant, held-out GPU and mode); the README of ``OUT`` quotes it.
@@ -72,11 +76,14 @@ def variant_data(name: str, labels: list[Label], data: list[LabelData]) -> tuple
             raise ValueError(f"no feature named {unknown}; features: {names}")
         keep = [i for i, n in enumerate(names) if n not in arg.split("+")]
         return [replace(d, x=d.x[:, keep]) for d in data], 0
+    if kind == "l2share":
+        specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
+        return [dataset.retime_memory(d, specs[lab.gpu], float(arg)) for lab, d in zip(labels, data)], 0
     if kind == "add" and arg in EXTRAS:
         specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
         return [replace(d, x=np.concatenate([d.x, EXTRAS[arg](d.x, specs[lab.gpu])], 1).astype(np.float32))
                 for lab, d in zip(labels, data)], 0
-    raise ValueError(f"unknown variant {name!r} (base, seed:N, drop:A+B, add:{'|'.join(EXTRAS)})")
+    raise ValueError(f"unknown variant {name!r} (base, seed:N, drop:A+B, add:{'|'.join(EXTRAS)}, l2share:A)")
 
 
 def held_out(labels: list[Label], data: list[LabelData], gpu: str, seed: int, epochs: int

@@ -103,7 +103,9 @@ def markdown(doc: dict[str, Any]) -> str:
              (", ".join(f"{k}: {v}" for k, v in doc["skipped"].items()) or "none") + ".\n",
              "**Predictions.** *prior*: every kernel priced by the NeuSight kernel prior (fp32 single "
              "operators) on the GPU's spec sheet, tensor-core kernels scaled to their peak. *learned*: every "
-             "kernel's roofline on the spec sheet times the learned layer's correction, fitted on the other "
+             "kernel's roofline on the spec sheet (its bytes from L2 where the L2 holds them, at an assumed 32 "
+             "bytes per clock per SM; `perfseer_rt/gpu/learned_features.py`) times the learned layer's "
+             "correction, fitted on the other "
              "labels: *GPU held out* fits without any label of that GPU (leave-one-GPU-out); *family held "
              f"out* fits without the architecture family's labels ({FAMILY}). Both keep the same PyTorch-eager "
              "kernel model (fused attention from PyTorch 2.0, autocast dtypes, BatchNorm restored) and host "
