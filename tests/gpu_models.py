@@ -58,3 +58,25 @@ def shared_weight_chain():
 
 
 __all__ = ["transformer", "shared_weight_chain"]
+
+
+def conv_pair(bias0: str | None, bias1: str | None, rules: tuple[str, str] | None = None):
+    """x -> Conv -> Relu -> Conv -> y as torch writes it (producer
+    ``pytorch``), each Conv with the bias named ``bias0`` / ``bias1`` (None:
+    none); ``rules``: a dynamo export, each Conv carrying those rewriter
+    rules in its metadata (None: a TorchScript export)."""
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0"] + ([bias0] if bias0 else []), ["c0"], kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1]),
+             n("Relu", ["c0"], ["r"]),
+             n("Conv", ["r", "w1"] + ([bias1] if bias1 else []), ["y"], kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1])]
+    if rules is not None:
+        for node, rule in zip((nodes[0], nodes[2], nodes[1]), (*rules, "")):
+            helper.set_metadata_props(node, {"pkg.torch.onnx.name_scopes": "['']",
+                                             **({"pkg.onnxscript.rewriter.rule_name": rule} if rule else {})})
+    inits = [const("w0", [8, 8, 3, 3]), const("w1", [8, 8, 3, 3])]
+    inits += [const(b, [8]) for b in (bias0, bias1) if b]
+    proto = model(nodes, [("x", ["batch", 8, 16, 16])], [("y", ["batch", 8, 16, 16])], inits)
+    proto.producer_name = "pytorch"
+    return proto

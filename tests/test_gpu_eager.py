@@ -10,13 +10,13 @@ from onnx import helper
 from perfseer_rt import extract
 from perfseer_rt.errors import PerfSeerError
 from perfseer_rt.gpu import backward as B
-from perfseer_rt.gpu import eager, patterns, step
+from perfseer_rt.gpu import eager, mem_graph, patterns, step
 from perfseer_rt.gpu.dtypes import infer
 from perfseer_rt.gpu.kernel_table import KernelTable
 from perfseer_rt.gpu.precision import get_precision
 from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.gpu.timeline import host_gaps
-from tests.gpu_models import transformer
+from tests.gpu_models import conv_pair, transformer
 from tests.onnx_builders import const, model
 
 CNN = "examples/resnet18.onnx"
@@ -124,6 +124,92 @@ def test_a_conv_followed_by_a_norm_or_in_a_graph_with_batchnorm_left_gets_none()
     g = extract(proto)
     assert patterns.folded_batchnorm(g, patterns.Adjacency.of(g)) == set()
     assert classes(eager.forward(g, FP32)) == ["conv", "norm_bn"]
+
+
+def test_a_torchscript_export_names_the_biases_its_batchnorm_folding_made():
+    # onnx::Conv_<n>: a constant of the exporter's folding (Conv + BatchNorm);
+    # "head.bias": the Conv's own parameter, no BatchNorm behind it
+    g = extract(conv_pair("onnx::Conv_7", "head.bias"))
+    assert g.info["exporter"] == "torch-torchscript" and g.info["folded_batchnorm"] == [0]
+    assert patterns.folded_batchnorm(g, patterns.Adjacency.of(g)) == {0}
+    assert classes(eager.forward(g, FP32)) == ["conv", "norm_bn", "elem", "conv"]
+    units = [u for u in mem_graph.build(g).units if u.op == "Conv"]
+    assert [u.folded_bn for u in units] == [True, False]
+    # no folded bias anywhere: no BatchNorm, though the guess of other
+    # producers would take both biases for folded ones
+    plain = extract(conv_pair("a.bias", "b.bias"))
+    assert plain.info["folded_batchnorm"] == []
+    assert "norm_bn" not in classes(eager.forward(plain, FP32))
+
+
+def test_a_dynamo_export_says_which_convs_took_a_batchnorm_or_a_pad():
+    # the rewriter drops the zero bias a fresh BatchNorm leaves: no bias to guess from
+    g = extract(conv_pair(None, None, ("RemoveOptionalBiasFromConv, FuseBatchNormIntoConv", "FuseConvPad")), batch=2)
+    assert g.info["exporter"] == "torch-dynamo"
+    assert g.info["folded_batchnorm"] == [0] and g.info["folded_pads"] == [2]
+    t = eager.forward(g, FP32)
+    assert classes(t) == ["conv", "norm_bn", "elem", "copy", "conv"]
+    pad = t.select(t["cls"] == "copy")
+    assert pad["bytes"].sum() == pytest.approx(2 * 2 * 8 * 16 * 16 * 4)  # reads r, writes it padded
+    assert [u.folded_bn for u in mem_graph.build(g).units if u.op == "Conv"] == [True, False]
+    # a dynamo export without the rewriter's metadata tells nothing: the guess decides
+    bare = extract(conv_pair("b0", None, ("", "")))
+    assert "folded_batchnorm" not in bare.info
+    assert patterns.folded_batchnorm(bare, patterns.Adjacency.of(bare)) == {0}
+
+
+def _sdpa_export(dynamo: bool):
+    """scaled_dot_product_attention as torch exports its math: q and k^T
+    each scaled by sqrt(scale), k transposed by a Transpose (TorchScript) or
+    Reshape -> Transpose -> Reshape (dynamo, which also zeroes empty rows)."""
+    n = helper.make_node
+    b, h, s, d = 2, 4, 32, 16
+    if dynamo:
+        kt = [n("Reshape", ["k", "flat"], ["k1"]), n("Transpose", ["k1"], ["k2"], perm=[0, 2, 1]),
+              n("Reshape", ["k2", "back"], ["kt"])]
+        inits = [const("flat", [3], [b * h, s, d], np.int64), const("back", [4], [b, h, d, s], np.int64)]
+    else:
+        kt, inits = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])], []
+    # dynamo also zeroes the rows a mask left empty: Where(IsNaN(p), 0, p)
+    empty_rows = [n("IsNaN", ["p0"], ["nan"]), n("Where", ["nan", "sc", "p0"], ["p"])] if dynamo else []
+    nodes = [n("Relu", ["qi"], ["q"]), n("Relu", ["ki"], ["k"]), n("Relu", ["vi"], ["v"])] + kt + [
+        n("Mul", ["q", "sc"], ["qs"]), n("Mul", ["kt", "sc"], ["ks"]), n("MatMul", ["qs", "ks"], ["sco"]),
+        n("Softmax", ["sco"], ["p" if not dynamo else "p0"], axis=-1)] + empty_rows + [
+        n("MatMul", ["p", "v"], ["y"])]
+    ins = [(name, [b, h, s, d]) for name in ("qi", "ki", "vi")]
+    return extract(model(nodes, ins, [("y", [b, h, s, d])], inits + [const("sc", [], 0.5)]))
+
+
+def test_the_k_transpose_of_an_exported_sdpa_is_inside_the_fused_kernel():
+    tables = []
+    for dynamo in (False, True):
+        g = _sdpa_export(dynamo)
+        (a,) = patterns.attention_groups(g, patterns.Adjacency.of(g))
+        assert {g.node_ops[i] for i in a.nodes} == {"MatMul", "Mul", "Softmax", "Transpose"} | (
+            {"Reshape", "IsNaN", "Where"} if dynamo else set())
+        assert [u.op for u in mem_graph.build(g).units].count("Attention") == 1  # the memory side too
+        tables.append(eager.forward(g, FP32))
+    assert classes(tables[0]) == classes(tables[1]) == ["elem"] * 3 + ["attention"] * 2
+    assert tables[0]["host_ops"].sum() == tables[1]["host_ops"].sum() == 4.0  # three Relus, the SDPA
+    assert tables[0]["bytes"].sum() == pytest.approx(tables[1]["bytes"].sum())
+
+
+def test_unbind_written_as_split_or_as_slices_is_one_host_op():
+    n = helper.make_node
+    split = [n("Split", ["x"], ["a", "b", "c"], axis=0, num_outputs=3)]
+    slices = [n("Slice", ["x", f"s{k}", f"e{k}", "ax"], [f"{v}0"]) for k, v in enumerate("abc")]
+    consts = [const("ax", [1], [0], np.int64)]
+    for k in range(3):
+        consts += [const(f"s{k}", [1], [k], np.int64), const(f"e{k}", [1], [k + 1], np.int64)]
+    host = []
+    for head, names, inits in ((split, "abc", []), (slices, ["a0", "b0", "c0"], consts)):
+        nodes = [n("Relu", ["in"], ["x"])] + head
+        nodes += [n("Squeeze", [t, "zero"], [f"q{k}"]) for k, t in enumerate(names)]
+        nodes += [n("Add", ["q0", "q1"], ["s"]), n("Add", ["s", "q2"], ["y"])]
+        g = extract(model(nodes, [("in", [3, 4, 16])], [("y", [4, 16])],
+                          inits + [const("zero", [1], [0], np.int64)]))
+        host.append(float(eager.forward(g, FP32)["host_ops"].sum()))
+    assert host[0] == host[1] == 4.0  # Relu, unbind, two Adds
 
 
 # ---------------------------------------------------------------- precision and dtypes

@@ -152,9 +152,9 @@ def test_the_memory_roofline_moves_what_fits_in_l2_at_the_l2s_bandwidth():
     assert LF.memory_ms(huge, SPEC)[0] > huge[0] / dram * 1e3 * (1 - 1e-3)
 
 
-def test_cached_dram_only_data_is_carried_over_to_the_l2_roofline(layer_files, monkeypatch):
-    """``dataset.retime_memory``: data whose memory side was DRAM only (the
-    cached ``gpu-kernel-2`` data) becomes what the current features give,
+def test_dram_only_data_is_retimed_to_the_l2_roofline(layer_files, monkeypatch):
+    """``dataset.retime_memory`` (the ablation's ``l2share`` variants): data
+    whose memory side was DRAM only becomes what the current features give,
     and ``share`` 0 takes it back."""
     from training.gpulearned import dataset
 

@@ -332,3 +332,29 @@ def test_records_refuses_an_empty_source_and_keeps_what_is_there(timm_dir, tmp_p
     assert cli.main(["records", "--timm-dir", str(empty), "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip() == f"error: no timm benchmark CSVs in {empty}"
     assert sorted(p.relative_to(out) for p in out.rglob("*.jsonl")) == before
+
+
+def test_the_exporter_check_finds_one_prediction_for_both_spellings(tmp_path, capsys):
+    """One model as the TorchScript exporter writes it (the BatchNorm folded
+    into a bias named ``onnx::Conv_<n>``) and as the dynamo exporter does (no
+    bias left, the fusion in the node's metadata): the same kernels, so a
+    ratio of 1 in every mode and metric."""
+    from tests.gpu_models import conv_pair
+    from training.publicgpu import exporter_check
+
+    cache = tmp_path / "cache"
+    for sub, proto in (("torchscript", conv_pair("onnx::Conv_7", None)),
+                       ("dynamo", conv_pair(None, None, ("FuseBatchNormIntoConv", "")))):
+        (cache / sub).mkdir(parents=True)
+        onnx.save(proto, str(cache / sub / "pair@16.onnx"))
+    out = tmp_path / "out"
+    assert exporter_check.main(["--cache", str(cache), "--out", str(out), "--batch", "8"]) == 0
+    doc = json.loads((out / "exporter_check.json").read_text())
+    assert [r["model"] for r in doc["rows"]] == ["pair@16"]
+    assert set(doc["summary"]) == {"inference_ms", "train_ms", "inference_mem", "train_mem"}
+    assert all(s["median"] == 1.0 and s["n"] == 1 for s in doc["summary"].values())
+    assert "| inference latency | 1 | 1.0 |" in (out / "exporter_check.md").read_text()
+    # a cache without both spellings of any model is a clear error
+    (cache / "dynamo" / "pair@16.onnx").unlink()
+    assert exporter_check.main(["--cache", str(cache), "--out", str(out)]) == 2
+    assert "holds no architecture from both exporters" in capsys.readouterr().out

@@ -88,7 +88,9 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
     acts = P.activation_groups(graph, adj)
     bias_of = P.linear_bias(graph, adj)
     folded = P.folded_batchnorm(graph, adj) if fold_bn else set()
+    pads = P.folded_pads(graph)
     views = P.view_nodes(graph, adj)
+    view_ops = P.view_host_ops(graph, adj, views)
     anchor = {a.softmax: a for a in attn}
     inside = {j for a in attn for j in a.nodes if j != a.softmax}
     for e, (members, _) in acts.items():
@@ -113,7 +115,7 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
         if i in inside:  # one framework op with its group's anchor
             continue
         if i in views and i not in anchor and i not in acts:
-            host += 1.0
+            host += view_ops.get(i, 1.0)
             continue
         for elems, _why in casts.get(i, []):
             b.add("cast", i, elems, 6.0 * elems, rows=1.0, cols=max(elems, 1.0), host_ops=1.0)
@@ -154,6 +156,9 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
                 b.add("bmm", i, float(flops[i]), nbytes(i), peak, host_ops=h,
                       batch=bat, m=max(float(out_elems[i]) / n / bat, 1.0), n=n, k=kk)
         elif op in CONV_OPS and flops[i] > 0 and cout[i] > 0:
+            if i in pads:  # the F.pad eager runs first: reads the input, writes it padded
+                b.add("copy", i, 0.0, 2.0 * float(dt.in_bytes[i]), host_ops=h)
+                h = 1.0
             kk = float(cin[i] / max(groups[i], 1.0) * max(kh[i], 1) * max(kw[i], 1))
             m = max(float(out_elems[i]) / float(cout[i]), 1.0)
             if groups[i] <= 1:
@@ -200,9 +205,13 @@ def forward(graph: PerfGraph, prec: Precision, *, sdpa: bool = True, fold_bn: bo
         notes.append(f"{len(attn)} attention pattern(s) priced as one fused SDPA kernel each "
                      "(PyTorch >= 2.0 scaled_dot_product_attention)")
     if folded:
-        notes.append(f"{len(folded)} Conv(s) with a bias and no normalization after them priced with "
-                     "the BatchNorm kernel PyTorch eager runs after them (an eval-mode export folds it "
-                     "into the Conv)")
+        why = ("whose BatchNorm the exporter folded" if "folded_batchnorm" in graph.info
+               else "with a bias and no normalization after them")
+        notes.append(f"{len(folded)} Conv(s) {why} priced with the BatchNorm kernel PyTorch eager runs "
+                     "after them (an eval-mode export folds it into the Conv)")
+    if pads:
+        notes.append(f"{len(pads)} F.pad kernel(s) PyTorch eager runs before a Conv, restored where the "
+                     "dynamo exporter folded the Pad into the Conv")
     n_casts = sum(1 for c in b.rows if c["cls"] == "cast" and ops[int(c["node"])] != "Cast")
     if n_casts:
         notes.append(f"{n_casts} autocast cast kernel(s) (fp32 inputs and weights of half-precision ops)")

@@ -21,7 +21,9 @@ from perfseer_rt.gpu.kernel_table import CLASSES, KernelTable
 from perfseer_rt.gpu.pricing import peak_array
 from perfseer_rt.gpu.specs import GpuSpec
 
-FEATURE_VERSION = "gpu-kernel-3"
+#: 3: the L2 in the roofline's memory side; 4: the BatchNorm kernels restored
+#: where the export says it folded one (:func:`perfseer_rt.graph.exporter.exporter_folds`).
+FEATURE_VERSION = "gpu-kernel-4"
 CLASS_NAMES = tuple(CLASSES)
 #: Maths on tensor cores (one flag: the data has fp16 tensor-core kernels only,
 #: and a one-hot per format would leave TF32 and bf16 untrained)

@@ -17,7 +17,9 @@
   (a second tensor; per-channel stats; weight and bias as parameters,
   running mean and variance as buffers); except where the Conv's output
   goes straight to a Reshape, Flatten, Transpose or LayerNormalization (a
-  patch embedding, ConvNeXt), whose bias is taken as real.
+  patch embedding, ConvNeXt), whose bias is taken as real. Where the file
+  tells which Convs took a BatchNorm (``info["folded_batchnorm"]``: torch's
+  exports, :func:`perfseer_rt.graph.exporter.exporter_folds`), those.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def _attention_groups(graph: PerfGraph, outs: dict[int, list[str]], ins: dict[in
                       producer: dict[str, int], consumers: dict[str, list[int]]) -> dict[int, list[int]]:
     """Softmax node -> the nodes of a scaled-dot-product attention around it:
     ``MatMul(q', k') -> [Mul|Div const] -> [Add mask] -> Softmax -> [Cast|Dropout]
-    -> MatMul(p, v)``
+    -> MatMul(p, v)`` (after the Softmax also dynamo's ``Where(IsNaN(p), 0, p)``)
     with every intermediate read by the next node only; ``q'``/``k'`` may be
     ``Mul(x, const)`` (the exporter's split scale), absorbed too."""
     ops = graph.node_ops
@@ -175,6 +177,13 @@ def _attention_groups(graph: PerfGraph, outs: dict[int, list[str]], ins: dict[in
             continue
         members = [s]
         after = _single(ins, consumers, outs[s][0])
+        readers = consumers.get(outs[s][0], [])
+        if after is None and sorted(ops[j] for j in readers) == ["IsNaN", "Where"]:
+            # torch's dynamo export zeroes the rows a mask left empty: Where(IsNaN(p), 0, p)
+            isnan, where = sorted(readers, key=lambda j: ops[j] != "IsNaN")
+            if outs.get(isnan) and _single(ins, consumers, outs[isnan][0]) == where and outs.get(where):
+                members += [isnan, where]
+                after = _single(ins, consumers, outs[where][0])
         while after is not None and ops[after] in ("Cast", "Dropout", "Identity") and len(outs.get(after, [])) >= 1:
             members.append(after)   # GPT-2's attn_weights.type(value.dtype); a training export's dropout
             after = _single(ins, consumers, outs[after][0])
@@ -270,6 +279,8 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
             pattern[i] = "Linear"
 
     has_bn = "BatchNormalization" in ops
+    named = graph.info.get("folded_batchnorm")
+    named_bn = {int(i) for i in named} if folded_bn and named is not None else None
     units: list[Unit] = []
     unit_of: dict[int, int] = {}
     unknown: list[str] = []
@@ -313,8 +324,12 @@ def build(graph: PerfGraph, folded_bn: bool = True, fused_attention: bool = True
                              if t == outs[anc][0]), None) if graph.edge_shapes else None
             last_dim = float(sm_shape[-1]) if sm_shape else 1.0
             u.attn_rows = float(out_elems[anc]) / max(last_dim, 1.0)
-        if ops[i] == "Conv" and folded_bn and not has_bn and col("has_bias")[i] \
-                and not any(ops[c] in NOT_FOLDED_NEXT for t in outs[i] for c in consumers.get(t, [])):
+        if named_bn is not None:
+            folds = ops[i] == "Conv" and i in named_bn
+        else:
+            folds = ops[i] == "Conv" and folded_bn and not has_bn and bool(col("has_bias")[i]) and not any(
+                ops[c] in NOT_FOLDED_NEXT for t in outs[i] for c in consumers.get(t, []))
+        if folds:
             u.folded_bn = True
             folded += 1
         for j in nodes:

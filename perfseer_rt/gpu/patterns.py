@@ -88,8 +88,9 @@ class Attention:
 
 def attention_groups(graph: PerfGraph, adj: Adjacency) -> list[Attention]:
     """Every ``MatMul -> [scale] -> [mask] -> Softmax -> [Dropout] -> MatMul``
+    (after the Softmax also dynamo's ``Where(IsNaN(p), 0, p)``)
     whose MatMuls both read data (no weights), with the scalar scalings of
-    the first MatMul's inputs."""
+    the first MatMul's inputs and the transposes of k before them."""
     ops, weight = graph.node_ops, graph.node_column("weight")
     out_elems = graph.node_column("out_elems")
     groups = []
@@ -121,6 +122,13 @@ def attention_groups(graph: PerfGraph, adj: Adjacency) -> list[Attention]:
             continue
         nxt = adj.succ[s]
         after = [s]
+        # torch's dynamo export of scaled_dot_product_attention zeroes the
+        # rows a mask left empty: Where(IsNaN(p), 0, p)
+        if len(nxt) == 2 and {ops[j] for j in nxt} == {"IsNaN", "Where"}:
+            isnan, where = sorted(nxt, key=lambda j: ops[j] != "IsNaN")
+            if adj.succ[isnan] == [where]:
+                after += [isnan, where]
+                nxt = adj.succ[where]
         while len(nxt) == 1 and ops[nxt[0]] in ("Dropout", "Cast", "Identity"):
             after.append(nxt[0])
             nxt = adj.succ[nxt[0]]
@@ -129,6 +137,15 @@ def attention_groups(graph: PerfGraph, adj: Adjacency) -> list[Attention]:
         av = nxt[0]
         scales = [p for p in adj.pred[qk] if ops[p] in SCALE_OPS and _scalar_const(graph, p)
                   and len(adj.succ[p]) == 1]
+        # scaled_dot_product_attention exported as its math (both operands
+        # scaled by sqrt(scale)) transposes k on the way: a Transpose
+        # (TorchScript) or Reshape -> Transpose -> Reshape (dynamo), inside
+        # the fused kernel
+        for p in list(scales):
+            up = adj.pred[p]
+            while len(up) == 1 and ops[up[0]] in ("Transpose", "Reshape") and len(adj.succ[up[0]]) == 1:
+                scales.append(up[0])
+                up = adj.pred[up[0]]
         scores = float(out_elems[qk])
         out = float(out_elems[av])
         shape = _shape_of(graph, qk)  # scores: [..., sq, sk]; out: [..., sq, d]
@@ -187,8 +204,13 @@ def folded_batchnorm(graph: PerfGraph, adj: Adjacency) -> set[int]:
     """Conv nodes after which PyTorch eager runs a BatchNorm the export
     folded away: Convs with a bias whose output reaches no normalization
     (through views), in a graph that has no BatchNormalization node left
-    (an export that kept them did not fold any)."""
+    (an export that kept them did not fold any). Where the file tells
+    which Convs took a BatchNorm (``info["folded_batchnorm"]``: torch's
+    exports, :func:`perfseer_rt.graph.exporter.exporter_folds`), those."""
     ops = graph.node_ops
+    named = graph.info.get("folded_batchnorm")
+    if named is not None:
+        return {int(i) for i in named}
     if "BatchNormalization" in ops:
         return set()
     bias = graph.node_column("has_bias")
@@ -210,6 +232,34 @@ def folded_batchnorm(graph: PerfGraph, adj: Adjacency) -> set[int]:
                 frontier += adj.succ[j]
         if not normed:
             out.add(i)
+    return out
+
+
+def folded_pads(graph: PerfGraph) -> set[int]:
+    """Conv nodes into which a dynamo export's rewriter folded the
+    ``F.pad`` PyTorch eager runs before them as its own kernel (a TorchScript
+    export keeps that Pad node)."""
+    return {int(i) for i in graph.info.get("folded_pads", ())}
+
+
+def view_host_ops(graph: PerfGraph, adj: Adjacency, views: set[int]) -> dict[int, float]:
+    """Framework ops each view node stands for, where not one: a Squeeze of
+    a Split or Slice output is part of that op (``unbind``, ``chunk``:
+    0), and Slices of one tensor that each feed a Squeeze are one
+    ``unbind`` between them (TorchScript writes ``unbind`` as Split + Squeezes,
+    dynamo as Slices + Squeezes)."""
+    ops = graph.node_ops
+    out: dict[int, float] = {}
+    unbinds: dict[int, list[int]] = {}
+    for i in views:
+        if ops[i] == "Squeeze" and len(adj.pred[i]) == 1 and ops[adj.pred[i][0]] in ("Split", "Slice"):
+            out[i] = 0.0
+        elif ops[i] == "Slice" and len(adj.pred[i]) == 1 and adj.succ[i] \
+                and all(ops[j] == "Squeeze" for j in adj.succ[i]):
+            unbinds.setdefault(adj.pred[i][0], []).append(i)
+    for group in unbinds.values():
+        for i in group:
+            out[i] = 1.0 / len(group)
     return out
 
 

@@ -27,6 +27,7 @@ import onnx
 
 from perfseer_rt.errors import GraphError
 from perfseer_rt.graph import dtypes
+from perfseer_rt.graph.nodes import Row
 
 TORCH_DYNAMO = "torch-dynamo"
 TORCH_TORCHSCRIPT = "torch-torchscript"
@@ -34,6 +35,16 @@ TORCH_TORCHSCRIPT = "torch-torchscript"
 _DYNAMO_PREFIX = "pkg.torch.onnx."
 #: Nodes looked at for that metadata (every node of a dynamo export has it).
 _NODES_LOOKED_AT = 8
+#: Node metadata key under which onnxscript's rewriter (run by the dynamo
+#: exporter's ``optimize=True``, its default) names the rules that made the
+#: node, comma-separated: ``FuseBatchNormIntoConv`` (a BatchNorm folded into
+#: the Conv, which PyTorch eager runs as its own kernel), ``FuseConvPad`` (an
+#: ``F.pad`` folded into the Conv's pads), ``RemoveOptionalBiasFromConv``...
+REWRITER_RULES_KEY = "pkg.onnxscript.rewriter.rule_name"
+#: The rewriter's rule that folds a BatchNormalization into the Conv before it.
+FUSED_BATCHNORM = "FuseBatchNormIntoConv"
+#: The rewriter's rule that folds a Pad into the Conv after it.
+FUSED_PAD = "FuseConvPad"
 
 
 def exporter(proto: onnx.ModelProto) -> str:
@@ -48,6 +59,47 @@ def exporter(proto: onnx.ModelProto) -> str:
             if prop.key.startswith(_DYNAMO_PREFIX):
                 return TORCH_DYNAMO
     return TORCH_TORCHSCRIPT
+
+
+def rewrites(proto: onnx.ModelProto) -> dict[int, tuple[str, ...]]:
+    """The rewriter rules that made each node (:data:`REWRITER_RULES_KEY`),
+    by the node's position in the graph; only nodes that carry them."""
+    out: dict[int, tuple[str, ...]] = {}
+    for k, node in enumerate(proto.graph.node):
+        for prop in node.metadata_props:
+            if prop.key == REWRITER_RULES_KEY:
+                rules = tuple(r.strip() for r in prop.value.split(",") if r.strip())
+                if rules:
+                    out[k] = rules
+    return out
+
+
+def folded_bias(name: str) -> bool:
+    """Whether a Conv's bias is a constant torch's TorchScript exporter made
+    by constant folding (named ``onnx::Conv_<n>``; a bare number in older
+    torch), as it does when it folds a BatchNorm into the Conv, rather than
+    the Conv's own parameter (``layer1.0.conv1.bias``)."""
+    return name.startswith("onnx::") or name.isdigit()
+
+
+def exporter_folds(proto: onnx.ModelProto, table: list[Row], exported_by: str
+                   ) -> tuple[set[int] | None, set[int]]:
+    """(the Convs into which the exporter folded a BatchNorm, those into
+    which it folded a Pad), by position in ``table``, where the file tells:
+    a dynamo export by its rewriter's rules (:data:`REWRITER_RULES_KEY`;
+    without them, None), a TorchScript export by the names of the folded
+    biases (:func:`folded_bias`; every other bias is the Conv's own). None:
+    the file does not tell (another producer) and a reader must guess."""
+    if exported_by == TORCH_DYNAMO:
+        rules = rewrites(proto)
+        if not rules:
+            return None, set()
+        return ({k for k, r in rules.items() if FUSED_BATCHNORM in r and table[k][0] == "Conv"},
+                {k for k, r in rules.items() if FUSED_PAD in r and table[k][0] == "Conv"})
+    if exported_by == TORCH_TORCHSCRIPT:
+        return {k for k, row in enumerate(table)
+                if row[0] == "Conv" and len(row[3]) > 2 and folded_bias(row[3][2])}, set()
+    return None, set()
 
 
 def fixed_input_shapes(inputs: list[onnx.ValueInfoProto]) -> bool:

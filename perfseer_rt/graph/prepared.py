@@ -15,7 +15,7 @@ import onnx
 
 from perfseer_rt.errors import PerfSeerError, ShapeError
 from perfseer_rt.graph.contrib import contrib_rule
-from perfseer_rt.graph.exporter import exporter, external_weight_share, fixed_input_shapes
+from perfseer_rt.graph.exporter import exporter, exporter_folds, external_weight_share, fixed_input_shapes
 from perfseer_rt.graph.fold import fold_static, shape_derived, weight_roots
 from perfseer_rt.graph.implied import implied_dims
 from perfseer_rt.graph.inline import inline_functions
@@ -68,6 +68,8 @@ class PreparedModel:
             lambda name: tensor_ints(name, {}, proto))
         self.fast = _fast_setup(proto, inits_read)
         self.exporter = exporter(proto)
+        #: Convs the exporter folded a BatchNorm / a Pad into, by table position
+        self.folded_bn, self.folded_pads = exporter_folds(proto, self.table, self.exporter)
         self.fixed_shapes = fixed_input_shapes([vi for vi in inputs if vi.name not in self.weights])
         # a file's name is its path ("<bytes>", "<ModelProto>" otherwise: no such file)
         self.external_share = external_weight_share(proto, Path(name), name)

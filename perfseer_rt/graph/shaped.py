@@ -150,6 +150,10 @@ def extract_shaped(st: PreparedModel, batch: int | None, input_shapes: dict[str,
     u = graph_globals(x, edge_index, edge_attr, batch_size, params_unique, bytes_unique)
     meta, warnings = model_info(weights, weight_uses, weight_sizes, flops_by_dtype, rows, roots)
     meta["exporter"] = st.exporter
+    if st.folded_bn is not None:  # PerfGraph node indices (perfseer_rt.graph.exporter.exporter_folds)
+        meta["folded_batchnorm"] = [k for k, i in enumerate(kept) if i in st.folded_bn]
+    if st.folded_pads:
+        meta["folded_pads"] = [k for k, i in enumerate(kept) if i in st.folded_pads]
     meta["fixed_input_shapes"] = st.fixed_shapes
     meta["external_weight_share"] = st.external_share
     if st.exporter == TORCH_DYNAMO:

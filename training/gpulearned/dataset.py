@@ -22,11 +22,6 @@ from perfseer_rt.gpu.specs import GpuSpec
 from training.gpulearned import labels as LB
 from training.gpulearned.tables import Label, LabelData, extrapolate, label_data
 
-#: The feature version before the L2 entered the roofline's memory side:
-#: its cached data is carried over by :func:`retime_memory` (the features
-#: keep each kernel's bytes, ``log2_bytes_over_l2``).
-V2 = "gpu-kernel-2"
-
 
 def _key(label: Label, extra: str = "", version: str = LF.FEATURE_VERSION) -> str:
     doc = json.dumps({**asdict(label), "ms": None, "v": version, "x": extra}, sort_keys=True)
@@ -91,11 +86,8 @@ def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Pa
         data = _load(path)
         if data is None:
             spec = shipped_sheet(lab.gpu).to_gpu_spec()
-            old = _load(folder.parent / V2 / f"{_key(lab, model.name if model else '', V2)}.npz")
             try:
-                if old is not None:
-                    data = retime_memory(old, spec)
-                elif model is None:
+                if model is None:
                     data = label_data(lab, spec, prior)
                 else:
                     exports = LB.layer_exports(model, lab.mode, cache)

@@ -139,7 +139,13 @@ def report(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
               "autocast promotion, a Conv before a Reshape/Transpose/LayerNorm keeping a real bias. "
               "Before the held-out runs were compared, and from their exported graphs only: the "
               "attention pattern through GPT-2's `Cast` and the tied LM-head copy. Nothing was "
-              "changed after the held-out comparison.", ""]
+              "changed after the held-out comparison for these traces' sake. One change since "
+              "(2026-11-28) came from elsewhere: which Convs took a BatchNorm is read from the "
+              "export (torch's TorchScript exporter names the bias its folding makes "
+              "`onnx::Conv_<n>`) instead of guessed, because the two torch exporters gave one model "
+              "different predictions (`reports/gpu-learned/exporter_check.md`); it moved the "
+              "held-out families from 2.5 to 1.7 % (ConvNeXt's own biases had been taken for "
+              "folded BatchNorms, DenseNet's folded ones missed).", ""]
     lines += ["## every run", "", "| run | held out | measured MiB | predicted MiB | error % | "
               "reserved meas. | reserved pred. |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
