@@ -7,6 +7,8 @@ cell kernel, as cuDNN runs them).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.recurrent import CELL_FLOPS, GATES, recurrent_batch, recurrent_steps
 
@@ -65,6 +67,19 @@ def erf_gelu_groups(graph: PerfGraph) -> dict[int, list[int]]:
         if ops[scale] in ("Div", "Mul") and succ.get(scale) == [e] and x & set(pred[mul1] + pred[mul2]):
             groups[e] = [scale, e, add, mul1, mul2]
     return groups
+
+
+def nan_guard(ops: Sequence[str], readers: Sequence[int], readers_of: Callable[[int], Sequence[int]]
+              ) -> tuple[int, int] | None:
+    """``(IsNaN, Where)`` when a Softmax's output is read by exactly the
+    guard torch's dynamo export of ``scaled_dot_product_attention`` puts
+    after it, ``Where(IsNaN(p), 0, p)`` (rows a mask left empty), else None
+    (``readers``: the nodes reading the Softmax; ``readers_of(j)``: those
+    reading node ``j``)."""
+    if len(readers) != 2 or sorted(ops[j] for j in readers) != ["IsNaN", "Where"]:
+        return None
+    isnan, where = sorted(readers, key=lambda j: ops[j] != "IsNaN")
+    return (isnan, where) if list(readers_of(isnan)) == [where] else None
 
 
 def recurrent_shape(graph: PerfGraph, i: int, out_shape: tuple[int, ...] | None

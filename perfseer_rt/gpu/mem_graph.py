@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfseer_rt.gpu.autograd_rules import FUSED, NO_GRAD_OPS, Rule, rule
-from perfseer_rt.gpu.kernels import erf_gelu_groups
+from perfseer_rt.gpu.kernels import erf_gelu_groups, nan_guard
 from perfseer_rt.graph.perfgraph import PerfGraph
 
 #: A Conv whose output goes straight to one of these keeps a real bias (a ViT patch
@@ -177,13 +177,11 @@ def _attention_groups(graph: PerfGraph, outs: dict[int, list[str]], ins: dict[in
             continue
         members = [s]
         after = _single(ins, consumers, outs[s][0])
-        readers = consumers.get(outs[s][0], [])
-        if after is None and sorted(ops[j] for j in readers) == ["IsNaN", "Where"]:
-            # torch's dynamo export zeroes the rows a mask left empty: Where(IsNaN(p), 0, p)
-            isnan, where = sorted(readers, key=lambda j: ops[j] != "IsNaN")
-            if outs.get(isnan) and _single(ins, consumers, outs[isnan][0]) == where and outs.get(where):
-                members += [isnan, where]
-                after = _single(ins, consumers, outs[where][0])
+        guard = nan_guard(ops, consumers.get(outs[s][0], []),
+                          lambda j: consumers.get(outs[j][0], []) if outs.get(j) else [])
+        if after is None and guard is not None and outs.get(guard[1]):
+            members += list(guard)
+            after = _single(ins, consumers, outs[guard[1]][0])
         while after is not None and ops[after] in ("Cast", "Dropout", "Identity") and len(outs.get(after, [])) >= 1:
             members.append(after)   # GPT-2's attn_weights.type(value.dtype); a training export's dropout
             after = _single(ins, consumers, outs[after][0])

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfseer_rt.gpu.kernels import erf_gelu_groups
+from perfseer_rt.gpu.kernels import erf_gelu_groups, nan_guard
 from perfseer_rt.graph.perfgraph import PerfGraph
 
 NORM_OPS = frozenset({"LayerNormalization", "BatchNormalization", "GroupNormalization",
@@ -122,13 +122,10 @@ def attention_groups(graph: PerfGraph, adj: Adjacency) -> list[Attention]:
             continue
         nxt = adj.succ[s]
         after = [s]
-        # torch's dynamo export of scaled_dot_product_attention zeroes the
-        # rows a mask left empty: Where(IsNaN(p), 0, p)
-        if len(nxt) == 2 and {ops[j] for j in nxt} == {"IsNaN", "Where"}:
-            isnan, where = sorted(nxt, key=lambda j: ops[j] != "IsNaN")
-            if adj.succ[isnan] == [where]:
-                after += [isnan, where]
-                nxt = adj.succ[where]
+        guard = nan_guard(ops, nxt, lambda j: adj.succ[j])
+        if guard is not None:
+            after += list(guard)
+            nxt = adj.succ[guard[1]]
         while len(nxt) == 1 and ops[nxt[0]] in ("Dropout", "Cast", "Identity"):
             after.append(nxt[0])
             nxt = adj.succ[nxt[0]]
