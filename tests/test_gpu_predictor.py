@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from perfseer_rt.cli import main
 from perfseer_rt.errors import DeviceError, MetricError, PerfSeerError
 from perfseer_rt.gpu.entries import ALIASES
+from perfseer_rt.gpu.layouts import ATTENTION
 from perfseer_rt.gpu.spec_store import shipped_gpu_specs
 from perfseer_rt.predict import api, check, fit, registry
 from perfseer_rt.predict.implementations import implementation
@@ -126,6 +127,29 @@ def test_bad_gpu_options_are_one_line_errors(tfm_path):
         api.predict(tfm_path, device="h100", metrics=["energy_j"])
     with pytest.raises(PerfSeerError, match="GPU devices only"):
         api.predict(CNN, device="cpu-amd-epyc-1t", optimizer="sgd")
+
+
+def test_materialised_attention_writes_the_scores_and_costs_more(tfm_path):
+    """--attention materialised: the model computes softmax(q k^T) v itself
+    (HF eager attention, DeepLearningExamples' BERT): the score matrix is
+    written, read by the softmax and read again, in time and in memory."""
+    kw = dict(batch=16, device="a100-80gb-sxm", mode="train", optimizer="adam", precision="fp16")
+    (fused,) = api.predict(tfm_path, **kw)
+    (mat,) = api.predict(tfm_path, attention="materialised", **kw)
+    assert (fused["attention"], mat["attention"]) == ("fused", "materialised")
+    assert _value(mat, "step_ms") > _value(fused, "step_ms")
+    assert mat["metrics"]["step_ms"]["parts"].get("softmax", 0) > fused["metrics"]["step_ms"]["parts"].get(
+        "softmax", 0)
+    assert _value(mat, "peak_mem_mb") > _value(fused, "peak_mem_mb")
+    assert any("attention materialised" in a for a in mat["assumptions"])
+    (cnn_fused,), (cnn_mat,) = (api.predict(CNN, batch=8, device="l4", attention=a) for a in ATTENTION)
+    assert _value(cnn_fused) == _value(cnn_mat)  # no attention pattern: nothing changes
+    code, out, err = _run("predict", tfm_path, "--device", "h100", "--attention", "materialised", "--json")
+    assert code == 0 and json.loads(out)[0]["attention"] == "materialised", err
+    code, _, err = _run("predict", tfm_path, "--device", "h100", "--attention", "flash")
+    assert code == 2 and "flash" in err and "Traceback" not in err
+    with pytest.raises(PerfSeerError, match="GPU devices only"):
+        api.predict(CNN, device="cpu-amd-epyc-1t", attention="materialised")
 
 
 def test_cli_json_for_a_gpu_carries_the_request(tfm_path):

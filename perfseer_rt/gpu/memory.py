@@ -308,7 +308,7 @@ def predict_memory(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any, *
     views = {"nvml": alloc.peak_reserved / MIB + context, "torch_allocated": alloc.peak_allocated / MIB,
              "torch_reserved": alloc.peak_reserved / MIB}
     tensor_peak = _tensor_peak(events) / MIB
-    assumptions = _assumptions(mg, prec.name, opts, arch, lazy_loading, coeffs)
+    assumptions = _assumptions(mg, prec.name, opts, arch, lazy_loading, coeffs, fused_attention)
     if tied:
         assumptions.append(f"{tied / MIB:.1f} MiB of initializers are transposed copies of others (the "
                            "exporter folds a tied weight's transpose, e.g. an LM head tied to the embedding): "
@@ -358,7 +358,7 @@ def _tensor_peak(events: list[Any]) -> float:
 
 
 def _assumptions(mg: Any, prec: str, opts: Any, arch: str, lazy: bool,
-                 coeffs: cuda_context.ContextCoeffs) -> list[str]:
+                 coeffs: cuda_context.ContextCoeffs, fused_attention: bool = True) -> list[str]:
     out = list(mg.notes)
     out.append("PyTorch eager, one stream, default caching allocator (no expandable segments); "
                "autograd's saved tensors per op as derivatives.yaml keeps them "
@@ -367,8 +367,9 @@ def _assumptions(mg: Any, prec: str, opts: Any, arch: str, lazy: bool,
         out.append("eval-mode ONNX export: Dropout is gone from the graph and not counted (a model "
                    "trained with dropout also keeps a 1-byte mask per dropped activation)")
     out.append("in-place activations where the model could run them in place (nn.ReLU(inplace=True), "
-               "ResNet's x += shortcut); fused scaled-dot-product attention where the graph has the "
-               "MatMul-Softmax-MatMul pattern")
+               "ResNet's x += shortcut); "
+               + ("fused scaled-dot-product attention where the graph has the MatMul-Softmax-MatMul pattern"
+                  if fused_attention else "attention materialised (the score matrix is a tensor of its own)"))
     out.append(f"cuBLAS workspace {opts.cublas_bytes / MIB:g} MiB per handle ({arch}); "
                "cuDNN convolution workspaces not counted (per call, freed after it)")
     out.append(f"CUDA context ESTIMATE ({'lazy' if lazy else 'eager'} module loading): "

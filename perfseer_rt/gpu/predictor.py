@@ -27,7 +27,7 @@ from perfseer_rt.gpu import backward as B
 from perfseer_rt.gpu import learned as L
 from perfseer_rt.gpu import mig_advice, power, pricing, resources, step, timeline
 from perfseer_rt.gpu.kernel_table import KernelTable
-from perfseer_rt.gpu.layouts import LAYOUTS
+from perfseer_rt.gpu.layouts import ATTENTION, LAYOUTS
 from perfseer_rt.gpu.precision import Precision, get_precision
 from perfseer_rt.gpu.prior import PROVENANCE, load_prior
 from perfseer_rt.gpu.spec_sheet import SpecSheet
@@ -101,9 +101,13 @@ class GpuPredictor:
         opt = B.get_optimizer(request.optimizer) if request.mode == "train" else None
         if request.optimizer is not None and request.mode != "train":
             raise PerfSeerError("optimizer applies to --mode train only")
+        attention = request.attention or ATTENTION[0]
+        if attention not in ATTENTION:
+            raise PerfSeerError(f"attention {attention!r}: expected one of {', '.join(ATTENTION)}")
         if prec.dtype == "bf16":
             self.spec.peak_gflops("bf16")  # refuses a GPU without bf16 tensor cores
-        return step.StepConfig(prec, mode=request.mode, optimizer=opt, layout=layout)
+        return step.StepConfig(prec, mode=request.mode, optimizer=opt, layout=layout,
+                               sdpa=attention == "fused")
 
     def slice_spec(self, profile: str | None) -> GpuSpec:
         """The spec sheet the model runs on: the whole GPU, or MIG ``profile``'s slice."""
@@ -165,6 +169,7 @@ class GpuPredictor:
             "device": self.pred.device + (f" [{request.mig_profile}]" if request.mig_profile else ""),
             "batch": int(graph.globals["batch_size"]), "mode": cfg.mode,
             "precision": cfg.precision.name, "layout": cfg.layout,
+            "attention": "fused" if cfg.sdpa else "materialised",
             "optimizer": cfg.optimizer.name if cfg.optimizer else None,
             "predictor": self.info(),
             "metrics": {m: metrics[m] for m in wanted},
@@ -193,7 +198,8 @@ class GpuPredictor:
         return resources.resource_metrics(
             graph, proto, tl, sheet, mode=cfg.mode, precision=cfg.precision.name,
             optimizer=cfg.optimizer.name if cfg.optimizer else None, power_limit_w=power_limit_w,
-            capacity_mib=mig[0] if mig else None, power_spec=ps, power_coeffs=coeffs)
+            capacity_mib=mig[0] if mig else None, power_spec=ps, power_coeffs=coeffs,
+            fused_attention=cfg.sdpa)
 
     def _time_block(self, st: Step, factor: float, cfg: step.StepConfig) -> dict[str, Any]:
         by_class: dict[str, float] = {}
@@ -258,8 +264,11 @@ class GpuPredictor:
 
     def assumptions(self, cfg: step.StepConfig) -> list[str]:
         return [f"precision {cfg.precision.name}: {cfg.precision.meaning}",
-                "runtime PyTorch eager (>= 2.0): attention through scaled_dot_product_attention, "
-                "BatchNorm as its own kernel, cuDNN/cuBLAS kernels, one stream",
+                "runtime PyTorch eager (>= 2.0): "
+                + ("attention through scaled_dot_product_attention (one fused kernel)" if cfg.sdpa else
+                   "attention materialised (scores written, softmax, then the second matmul: "
+                   "--attention materialised)")
+                + ", BatchNorm as its own kernel, cuDNN/cuBLAS kernels, one stream",
                 "host dispatch time of a recent server CPU (a slower host makes small batches slower)"]
 
 

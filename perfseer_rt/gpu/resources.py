@@ -39,7 +39,8 @@ def resource_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, timeline: 
                      power_limit_w: float | None = None, weight_decay: bool = False,
                      capacity_mib: float | None = None, power_spec: power.PowerSpec | None = None,
                      power_coeffs: power.PowerCoeffs | None = None,
-                     memory_estimate: memory.MemoryEstimate | None = None) -> dict[str, Any]:
+                     memory_estimate: memory.MemoryEstimate | None = None,
+                     fused_attention: bool = True) -> dict[str, Any]:
     """The JSON metric blocks ``peak_mem_mb``, ``sm_util_pct``, ``energy_j``,
     ``power_w`` and ``throttle`` of one model on one GPU (or MIG slice).
 
@@ -54,6 +55,8 @@ def resource_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, timeline: 
         capacity_mib: the memory available (a MIG slice): ``peak_mem_mb.fits``.
         power_spec, power_coeffs: a slice's (or a calibrated) power model.
         memory_estimate: a memory estimate already made (not recomputed).
+        fused_attention: the attention pattern runs as one fused kernel
+            (``--attention fused``) or materialised.
 
     Raises:
         PerfSeerError: bad mode, precision, optimizer, power limit, or a spec
@@ -61,7 +64,8 @@ def resource_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, timeline: 
     """
     mem = memory_estimate or memory.predict_memory(graph, proto, spec, mode=mode, precision=precision,
                                                    optimizer=optimizer, weight_decay=weight_decay,
-                                                   capacity_mib=capacity_mib)
+                                                   capacity_mib=capacity_mib,
+                                                   fused_attention=fused_attention)
     pw = power.energy(timeline, power_spec or spec, precision=precision, power_limit_w=power_limit_w,
                       coeffs=power_coeffs, per="step" if mode == "train" else "call")
     busy = pw.pop("busy_ms")

@@ -23,7 +23,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             dims: dict[str, int] | None = None, mode: str = "inference",
             optimizer: str | None = None, layout: str | None = None,
             power_limit_w: float | None = None, mig_profile: str | None = None,
-            extrapolate: bool = False) -> list[dict[str, Any]]:
+            extrapolate: bool = False, attention: str | None = None) -> list[dict[str, Any]]:
     """Predict the metrics of one or many ONNX models on ``device``.
 
     Args:
@@ -45,6 +45,9 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         optimizer: GPU training steps: ``sgd``, ``sgd-momentum``, ``adam``,
             ``adamw`` (default), ``adadelta``.
         layout: GPU devices: ``nchw`` (default) or ``nhwc`` (channels-last).
+        attention: GPU devices: ``fused`` (default: the model calls PyTorch's
+            scaled_dot_product_attention) or ``materialised`` (it computes the
+            softmax of the scores itself; :data:`perfseer_rt.gpu.layouts.ATTENTION`).
         power_limit_w: GPU devices: a power cap in W (energy and a throttled
             latency when the cap binds).
         mig_profile: GPU devices with MIG: predict on this slice (e.g. ``1g.10gb``).
@@ -69,6 +72,7 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
         metrics = [metrics]
     request = Request(batch=batch, metrics=metrics, input_shapes=input_shapes, dims=dims, model=model,
                       precision=precision, mode=mode, optimizer=optimizer, layout=layout,
-                      power_limit_w=power_limit_w, mig_profile=mig_profile, extrapolate=extrapolate)
+                      attention=attention, power_limit_w=power_limit_w, mig_profile=mig_profile,
+                      extrapolate=extrapolate)
     pred = train_mode.predictor_for(device, mode)
     return implementation(pred, model).predict(list(models), request)

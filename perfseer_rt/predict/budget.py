@@ -108,10 +108,11 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
           input_shapes: dict[str, Any] | None = None, predictor_model: str | None = None,
           mode: str = "inference", dims: dict[str, int] | None = None,
           precision: str | None = None, optimizer: str | None = None, layout: str | None = None,
-          power_limit_w: float | None = None, mig_profile: str | None = None) -> dict[str, Any]:
+          power_limit_w: float | None = None, mig_profile: str | None = None,
+          attention: str | None = None) -> dict[str, Any]:
     """Does ``model`` meet the budget on ``device``? ``mode="train"``: one
     training step (the latency budget then reads ``step_ms``). ``dims``,
-    ``precision``, ``optimizer``, ``layout``, ``power_limit_w``: as for
+    ``precision``, ``optimizer``, ``layout``, ``attention``, ``power_limit_w``: as for
     :func:`perfseer_rt.predict`. ``mig_profile``: the budget is that MIG
     slice of a GPU: predicted on the slice, and its usable memory is the
     memory budget unless ``max_memory_mb`` is given.
@@ -127,7 +128,8 @@ def check(model: Any, device: str | None = None, *, max_latency_ms: float | None
     limits = _limits(max_latency_ms, slice_memory(device, mig_profile, max_memory_mb), *_metrics(device, mode))
     [result] = predict([model], batch=batch, device=device, input_shapes=input_shapes,
                        model=predictor_model, mode=mode, dims=dims, precision=precision, optimizer=optimizer,
-                       layout=layout, power_limit_w=power_limit_w, mig_profile=mig_profile)
+                       layout=layout, attention=attention, power_limit_w=power_limit_w,
+                       mig_profile=mig_profile)
     checks = judge(result, limits)
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "prediction": result}
 
@@ -171,7 +173,7 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
         batch: int | None = None, predictor_model: str | None = None,
         max_value: int = FIT_MAX, mode: str = "inference", precision: str | None = None,
         optimizer: str | None = None, layout: str | None = None, power_limit_w: float | None = None,
-        mig_profile: str | None = None) -> dict[str, Any]:
+        mig_profile: str | None = None, attention: str | None = None) -> dict[str, Any]:
     """The largest batch (or value of input dim ``dim``) within budget
     (``mode="train"``: of one training step, as :func:`check`).
 
@@ -205,7 +207,8 @@ def fit(model: str | os.PathLike[str], device: str | None = None, *, max_memory_
             else:
                 g = extract(model, input_shapes=dim_shapes(model, dim, value, batch))
             [r] = predict([g], device=device, model=predictor_model, mode=mode, precision=precision,
-                          optimizer=optimizer, layout=layout, power_limit_w=power_limit_w, mig_profile=mig_profile)
+                          optimizer=optimizer, layout=layout, attention=attention,
+                          power_limit_w=power_limit_w, mig_profile=mig_profile)
             r["model"] = os.fspath(model) if isinstance(model, (str, os.PathLike)) \
                 else "<in-memory>"
             tried[value] = (all(c["ok"] for c in judge(r, limits)), r)

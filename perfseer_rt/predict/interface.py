@@ -34,7 +34,7 @@ class Request:
     ``batch``, ``input_shapes`` and ``dims`` resolve the graph (as
     :func:`perfseer_rt.extract`); ``metrics`` a subset (default all);
     ``model`` one of the entry's predictors; ``precision``, ``layout``,
-    ``optimizer`` and ``power_limit_w`` (W) apply to GPU devices;
+    ``attention``, ``optimizer`` and ``power_limit_w`` (W) apply to GPU devices;
     ``mig_profile`` takes a MIG slice of a MIG-capable GPU as the device;
     ``extrapolate`` predicts a model far outside the predictor's domain
     anyway (:mod:`perfseer_rt.predict.domain`), with an interval as wide as
@@ -50,6 +50,7 @@ class Request:
     mode: str = "inference"
     optimizer: str | None = None
     layout: str | None = None
+    attention: str | None = None
     power_limit_w: float | None = None
     mig_profile: str | None = None
     extrapolate: bool = False

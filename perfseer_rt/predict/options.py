@@ -27,7 +27,7 @@ from typing import Any
 
 from perfseer_rt.errors import OptionError
 from perfseer_rt.gpu.backward import OPTIMIZERS
-from perfseer_rt.gpu.layouts import LAYOUTS
+from perfseer_rt.gpu.layouts import ATTENTION, LAYOUTS
 from perfseer_rt.gpu.precision import ALIASES as PRECISION_ALIASES
 from perfseer_rt.gpu.precision import PRECISIONS
 from perfseer_rt.option_parsers import (
@@ -118,6 +118,10 @@ OPTIONS: tuple[Option, ...] = (
            "(default adamw).", choice(tuple(OPTIMIZERS)), choices=tuple(OPTIMIZERS)),
     Option("layout", ("layout",), "GPU devices: memory format (nhwc: channels-last); default "
            "nchw.", choice(LAYOUTS), choices=LAYOUTS),
+    Option("attention", ("attention",), "GPU devices: how the model's attention runs: fused "
+           "(its code calls PyTorch's scaled_dot_product_attention; default) or materialised (it "
+           "computes softmax(q k^T) v itself: Hugging Face's eager attention, PyTorch < 2.0).",
+           choice(ATTENTION), choices=ATTENTION),
     Option("power_limit", ("power_limit_w",), "GPU devices: a power cap in watts.", parse_power,
            metavar="W", example="300"),
     Option("mig_profile", ("mig_profile",), "MIG-capable GPU devices: predict on this slice "

@@ -27,7 +27,7 @@ from perfseer_rt.predict.seernet_run import (
 )
 
 #: What only GPU devices take.
-GPU_ONLY = ("optimizer", "layout", "power_limit_w", "mig_profile")
+GPU_ONLY = ("optimizer", "layout", "attention", "power_limit_w", "mig_profile")
 
 
 @register("seernet")

@@ -105,7 +105,7 @@ def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Pa
         if i not in got:
             continue
         if model is not None:
-            lab = LB.with_onnx(lab, f"neusight:{model.name}x{model.layers}")
+            lab = LB.with_onnx(lab, f"{lab.source}:{model.name}x{model.layers}")
         out_labels.append(lab)
         out_data.append(got[i])
     return out_labels, out_data, dict(skipped)

@@ -21,11 +21,13 @@ import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 from typing import Iterator
 
 from perfseer_rt.gpu.spec_store import shipped_gpu_specs
 from training.campaigns.gpu_window.label_fields import label_fields
 from training.gpulearned.tables import Label
+from training.publicgpu.cache import onnx_file
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data" / "public-gpu"
@@ -33,13 +35,26 @@ DATA = REPO / "data" / "public-gpu"
 OURS = REPO / "data" / "gpu"
 
 
+#: Lambda's DLE BERT configs (``<name>.json`` under ``configs/``) and the head they train.
+LAMBDA = DATA / "lambda"
+QA_HEAD = ("AutoModelForQuestionAnswering", ("start_logits", "end_logits"))
+#: Our architecture family (held-out folds) of each Lambda model: ResNet-50 is
+#: timm's ``resnet`` family, the BERTs are NeuSight's BERT-large's.
+LAMBDA_GROUPS = {"resnet50": "timm/resnet", "bert_base_squad": "neusight/bert_large",
+                 "bert_large_squad": "neusight/bert_large"}
+
+
 @dataclass(frozen=True)
-class NeuSightModel:
-    """A NeuSight label's model: its name and layer count (the exports come
-    from :func:`layer_exports`)."""
+class LayeredModel:
+    """A transformer label's model, built from its Hugging Face config with 1
+    and 2 layers (:func:`layer_exports`): its name, layer count, the folder
+    whose ``configs/`` holds its config (empty: NeuSight's) and its head
+    (None: the one NeuSight timed, ``neusight_e2e.head_of``)."""
 
     name: str
     layers: int
+    folder: str = ""
+    head: tuple[str, tuple[str, ...]] | None = None
 
 
 def sheet_of(gpu_name: str) -> str | None:
@@ -82,7 +97,7 @@ def timm_label(r: dict, cache: Path) -> Label | None:
                  float(ms), f"timm/{r['group']}", r.get("arch_kind") or "other", "timm")
 
 
-def neusight_label(r: dict) -> tuple[Label, NeuSightModel] | None:
+def neusight_label(r: dict) -> tuple[Label, LayeredModel] | None:
     """The label of a NeuSight record (its ``onnx`` is filled per layer count
     by the caller), None for a GPU without a spec sheet (AMD)."""
     gpu = sheet_of(r["env"]["gpu_name"])
@@ -91,19 +106,63 @@ def neusight_label(r: dict) -> tuple[Label, NeuSightModel] | None:
     mode = "train" if r["setup"]["mode"] == "train" else "inference"
     params = r["config"]["params"]
     ms = r["metrics"]["step_ms" if mode == "train" else "latency_ms"]
-    model = NeuSightModel(params["model"], int(r["published"]["num_layer"]))
+    model = LayeredModel(params["model"], int(r["published"]["num_layer"]))
     return (Label("", int(r["batch"]), gpu, "fp32-strict", "nchw", mode, None, False, float(ms),
                   f"neusight/{params['model']}", "transformer", "neusight",
                   dims=(("seq", int(params["seq"])),)), model)
 
 
-def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSightModel]], Counter]:
-    """(timm labels with rebuilds, NeuSight labels with their models, counts
-    of what was skipped and why)."""
-    timm: list[Label] = []
-    neusight: list[tuple[Label, NeuSightModel]] = []
+def lambda_labels(recs: list[dict], cache: Path) -> tuple[list[Label], list[tuple[Label, LayeredModel]], Counter]:
+    """Lambda's records as labels: one per GPU, task, batch and PyTorch
+    version, the median step of its runs (a GPU many systems ran, such as the
+    H100 SXM, is one label, not a hundred). ResNet-50 is the rebuild of timm's
+    ``resnet50`` at 224 in ``cache`` (DLE's ResNet-50 v1.5 is the same
+    network); the BERTs are built from their configs (:data:`LAMBDA`) with
+    the question-answering head. Attention is materialised (DLE's own BERT)."""
+    runs: dict[tuple, list[float]] = {}
+    first: dict[tuple, dict] = {}
     skipped: Counter = Counter()
+    for r in recs:
+        gpu = sheet_of(r["env"]["gpu_name"])
+        if gpu is None:
+            skipped["lambda: no spec sheet"] += 1
+            continue
+        key = (gpu, r["setup"]["precision"], r["config"]["params"]["model"], int(r["batch"]),
+               r["env"]["torch_version"])
+        runs.setdefault(key, []).append(float(r["metrics"]["step_ms"]))
+        first.setdefault(key, r)
+    plain: list[Label] = []
+    layered: list[tuple[Label, LayeredModel]] = []
+    for key, ms in sorted(runs.items()):
+        gpu, precision, model, batch, _ = key
+        r = first[key]
+        opt = r["published"]["optimizer"]
+        if model == "resnet50":
+            path = onnx_file(cache, "resnet50", 224)
+            if path is None:
+                skipped["lambda: no rebuild of resnet50@224 yet"] += len(ms)
+                continue
+            plain.append(Label(str(path), batch, gpu, precision, "nchw", "train", opt, False, median(ms),
+                               LAMBDA_GROUPS[model], "cnn", "lambda"))
+        else:
+            layers = json.loads((LAMBDA / "configs" / f"{model}.json").read_text())["num_hidden_layers"]
+            layered.append((Label("", batch, gpu, precision, "nchw", "train", opt, False, median(ms),
+                                  LAMBDA_GROUPS[model], "transformer", "lambda", dims=(("seq", 384),)),
+                            LayeredModel(model, int(layers), str(LAMBDA), QA_HEAD)))
+    return plain, layered, skipped
+
+
+def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, LayeredModel]], Counter]:
+    """(labels of rebuilt models, labels of layered transformers with their
+    models, counts of what was skipped and why): timm, NeuSight and Lambda."""
+    timm: list[Label] = []
+    neusight: list[tuple[Label, LayeredModel]] = []
+    skipped: Counter = Counter()
+    lam: list[dict] = []
     for r in records(root):
+        if r["family"] == "lambda":
+            lam.append(r)
+            continue
         if r["family"] == "timm":
             lab = timm_label(r, cache)
             if lab is None:
@@ -116,7 +175,9 @@ def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, NeuSig
                 skipped["neusight: no spec sheet (AMD)"] += 1
             else:
                 neusight.append(got)
-    return timm, neusight, skipped
+    plain, layered, skipped_lambda = lambda_labels(lam, cache)
+    skipped.update(skipped_lambda)
+    return timm + plain, neusight + layered, skipped
 
 
 def our_labels(root: Path, cache: Path) -> tuple[list[Label], Counter]:
@@ -141,22 +202,24 @@ def our_labels(root: Path, cache: Path) -> tuple[list[Label], Counter]:
     return out, skipped
 
 
-def layer_exports(model: NeuSightModel, mode: str, cache: Path) -> dict[int, str]:
+def layer_exports(model: LayeredModel, mode: str, cache: Path) -> dict[int, str]:
     """Structure-only exports of ``model`` with 1 and 2 layers, for ``mode``
-    (BERT has another head in training), made once into ``cache``."""
+    (NeuSight's BERT has another head in training), made once into ``cache``."""
     # lazy: torch + transformers, needed by this step only
     from training.gpuprior.neusight_e2e import export_model, head_of
     from training.gpuprior.neusight_labels import DATA as NEUSIGHT
 
-    model_type = json.loads((NEUSIGHT / "configs" / f"{model.name}.json").read_text())["model_type"]
-    head = head_of(model_type, mode)[0]  # the causal LMs are the same model in both modes
+    configs = Path(model.folder) if model.folder else NEUSIGHT
+    model_type = json.loads((configs / "configs" / f"{model.name}.json").read_text())["model_type"]
+    # the causal LMs are the same model in both modes
+    head = model.head[0] if model.head else head_of(model_type, mode)[0]
     out = {}
     folder = cache / "neusight"
     folder.mkdir(parents=True, exist_ok=True)
     for k in (1, 2):
         path = folder / f"{model.name}-{head}-{k}.onnx"
         if not path.is_file():
-            export_model(model.name, k, path, mode=mode)
+            export_model(model.name, k, path, folder=configs, mode=mode, head=model.head)
         out[k] = str(path)
     return out
 

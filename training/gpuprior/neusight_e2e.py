@@ -48,10 +48,12 @@ def head_of(model_type: str, mode: str) -> tuple[str, str]:
 
 
 def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
-                 mode: str = "inference") -> Path:
-    """``name``'s config with ``layers`` layers (None: as configured), built
-    as NeuSight built it for ``mode`` (:func:`head_of`) and exported
-    structure-only to ``path`` with dims ``batch`` and ``seq``."""
+                 mode: str = "inference", head: tuple[str, tuple[str, ...]] | None = None) -> Path:
+    """``name``'s config (``folder/configs/<name>.json``) with ``layers``
+    layers (None: as configured), built as NeuSight built it for ``mode``
+    (:func:`head_of`) or with ``head`` (a transformers auto class and the
+    outputs to return, stacked on a last axis when there are several), and
+    exported structure-only to ``path`` with dims ``batch`` and ``seq``."""
     # deliberately lazy: torch and transformers are needed by this step only
     import torch
 
@@ -67,7 +69,11 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
     cfg.pop("architectures", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     config.use_cache = False
-    auto, output = head_of(model_type, mode)
+    per_token = head is not None or not (model_type == "bert" and mode == "inference")
+    if head is None:
+        auto, output = head_of(model_type, mode)
+        head = (auto, (output,))
+    auto, outputs = head
     model = getattr(transformers, auto).from_config(config, attn_implementation="eager").eval()
 
     class Logits(torch.nn.Module):
@@ -78,9 +84,9 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
         def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
             # an all-ones mask, as HF builds when none is given; without one transformers
             # traces a packed-sequence check (torch.diff) that has no ONNX export
-            return self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[output]
+            out = self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+            return out[outputs[0]] if len(outputs) == 1 else torch.stack([out[o] for o in outputs], -1)
 
-    per_token = not (model_type == "bert" and mode == "inference")
     ids = torch.ones((2, 16), dtype=torch.int64)
     with torch.no_grad(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         # to a file: torch writes the weights of a model over 2 GiB as external data beside it

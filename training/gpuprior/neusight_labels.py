@@ -14,11 +14,11 @@ import csv
 import io
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
+from training.publicgpu.gitrepo import files_under, head_commit, show
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data" / "neusight-e2e"
@@ -40,27 +40,22 @@ FIELDS = ("gpu", "device", "model", "mode", "seq", "batch", "num_layer", "e2e_ms
 _NAME = re.compile(r"^(?P<model>[a-z0-9_]+)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)\.json$")
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
 def collect_labels(repo: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """(label rows, model name -> config JSON text) from a clone's HEAD."""
-    commit = _git(repo, "rev-parse", "HEAD").strip()
+    commit = head_commit(repo)
     rows = []
-    for path in _git(repo, "ls-tree", "-r", "--name-only", "HEAD", LABEL_DIR).splitlines():
+    for path in files_under(repo, LABEL_DIR):
         gpu, name = path.split("/")[-2:]
         m = _NAME.match(name)  # fused (-fusion) and multi-GPU (-dp4, -tp4, -pp4_1) runs do not match
         if m is None or m["model"] not in MODELS:
             continue
-        doc = json.loads(_git(repo, "show", f"HEAD:{path}"))
+        doc = json.loads(show(repo, path))
         rows.append({"gpu": gpu, "device": DEVICES.get(gpu, ""), "model": m["model"],
                      "mode": "inference" if m["mode"] == "inf" else "train",
                      "seq": int(m["seq"]), "batch": int(m["batch"]), "num_layer": int(doc["num_layer"]),
                      "e2e_ms": float(doc["e2e_latency"]), "fw_ms": float(doc["fw_latency"]),
                      "bw_ms": float(doc["bwall_latency"]), "source": path, "commit": commit})
-    configs = {m: _git(repo, "show", f"HEAD:{CONFIG_DIR}/{m}.json") for m in MODELS}
+    configs = {m: show(repo, f"{CONFIG_DIR}/{m}.json") for m in MODELS}
     rows.sort(key=lambda r: (r["gpu"], r["model"], r["mode"], r["seq"], r["batch"]))
     return rows, configs
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from training.publicgpu import neusight, timm_csv
+from training.publicgpu import lambda_logs, neusight, timm_csv
 from training.publicgpu.dataset import group_by_folder, write_folders
 
 
@@ -30,6 +30,18 @@ def build_neusight(folder: Path, out: Path) -> dict[str, int]:
     settings = {"source": neusight.SOURCE, "repository": neusight.REPOSITORY,
                 "licence": neusight.LICENCE, "labels": str(folder / "labels.csv")}
     return write_folders(out, group_by_folder(neusight.records(folder), neusight.folder_of), settings)
+
+
+def build_lambda(repo: Path, out: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Lambda's single-GPU training logs (a clone's git directory) ->
+    ``out/<device>/train-<precision>-<model>`` folders; also what was left out and why."""
+    recs, skipped = lambda_logs.records(repo)
+    if not recs:  # never replace the committed records by nothing
+        raise lambda_logs.LambdaLogError(f"no usable Lambda logs in {repo}")
+    settings = {"source": lambda_logs.SOURCE, "repository": lambda_logs.REPOSITORY,
+                "licence": lambda_logs.LICENCE, "commit": recs[0]["provenance"]["commits"][0],
+                "left_out": skipped}
+    return write_folders(out, group_by_folder(recs, lambda_logs.folder_of), settings), skipped
 
 
 def build_all(timm_dir: Path, neusight_dir: Path, out: Path) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 - ``records``: parse the shared timm benchmark CSVs and NeuSight's
   whole-model labels into campaign-format records under ``data/public-gpu/``.
+- ``lambda --repo GITDIR``: Lambda's single-GPU training logs (a clone of
+  ``lambdal/deeplearning-benchmark``) into ``data/public-gpu/lambda/``.
 - ``export --cache DIR``: rebuild every timm architecture of the records
   structure-only as ONNX in ``DIR`` (resumable; log ``exports.jsonl``).
 - ``status``: records per source, GPU, mode, layout and PyTorch version, and
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,6 +38,22 @@ def _records(args) -> int:
         return 2
     for name, n in sorted(counts.items()):
         print(f"{n:6d}  {name}")
+    print(f"{sum(counts.values()):6d}  records in {args.out}")
+    return 0
+
+
+def _lambda(args) -> int:
+    from training.publicgpu.build import build_lambda
+
+    try:
+        counts, skipped = build_lambda(Path(args.repo), Path(args.out))
+    except (ValueError, OSError, subprocess.CalledProcessError) as exc:  # not a clone, or no usable log
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name, n in sorted(counts.items()):
+        print(f"{n:6d}  {name}")
+    for reason, n in sorted(skipped.items()):
+        print(f"{n:6d}  left out: {reason}")
     print(f"{sum(counts.values()):6d}  records in {args.out}")
     return 0
 
@@ -96,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--neusight", default=str(ROOT.parent / "neusight-e2e"),
                    help="folder of NeuSight's labels.csv")
     r.add_argument("--out", default=str(ROOT))
+    lam = sub.add_parser("lambda", help="Lambda's single-GPU training logs into records")
+    lam.add_argument("--repo", required=True, help="git directory of a lambdal/deeplearning-benchmark clone")
+    lam.add_argument("--out", default=str(ROOT / "lambda"))
     e = sub.add_parser("export", help="rebuild the timm architectures as structure-only ONNX")
     e.add_argument("--cache", required=True, help="folder of the ONNX files (not committed)")
     e.add_argument("--data", default=str(ROOT))
@@ -112,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--log", help=f"export log (default {LOG})")
     s.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    return {"records": _records, "export": _export, "status": _status}[args.cmd](args)
+    return {"records": _records, "lambda": _lambda, "export": _export, "status": _status}[args.cmd](args)
