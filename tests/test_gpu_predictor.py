@@ -152,6 +152,34 @@ def test_materialised_attention_writes_the_scores_and_costs_more(tfm_path):
         api.predict(CNN, device="cpu-amd-epyc-1t", attention="materialised")
 
 
+def test_each_mode_defaults_to_the_model_with_the_lower_held_out_error(tmp_path, monkeypatch, tfm_path):
+    """A GPU entry's default model per mode is the one of learned and prior
+    whose held-out (GPU held out) error in that mode is lower, as the learned
+    layer's record states it; a named model is always the one asked for."""
+    import shutil
+
+    src = registry.models_root()
+    for folder in ("_gpu_learned", "_gpu_prior"):
+        shutil.copytree(src / folder, tmp_path / folder)
+    doc = json.loads((tmp_path / "_gpu_learned" / "learned.json").read_text())
+    doc["accuracy"]["by_mode"] = {"inference": {"learned": {"mape": 15.0}, "prior": {"mape": 40.0}},
+                                  "train": {"learned": {"mape": 30.0}, "prior": {"mape": 20.0}}}
+    (tmp_path / "_gpu_learned" / "learned.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(registry, "models_root", lambda: tmp_path)
+    pred = registry.predictors()["l4"]
+    assert (pred.default_model_for("inference"), pred.default_model_for("train")) == ("learned", "prior")
+    (inf,) = api.predict(tfm_path, batch=4, device="l4")
+    (train,) = api.predict(tfm_path, batch=4, device="l4", mode="train")
+    (asked,) = api.predict(tfm_path, batch=4, device="l4", mode="train", model="learned")
+    assert (inf["predictor"]["model"], train["predictor"]["model"], asked["predictor"]["model"]) == (
+        "learned", "prior", "learned")
+    code, out, _ = _run("devices")
+    assert code == 0 and "default learned; train: prior" in out
+    del doc["accuracy"]["by_mode"]  # a record without per-mode figures: one default for both
+    (tmp_path / "_gpu_learned" / "learned.json").write_text(json.dumps(doc))
+    assert registry.predictors()["l4"].default_model_for("train") == "learned"
+
+
 def test_cli_json_for_a_gpu_carries_the_request(tfm_path):
     code, out, err = _run("predict", tfm_path, "--device", "rtx-3090", "--batch", "4", "--precision",
                           "amp-fp16", "--layout", "nhwc", "--mode", "train", "--optimizer", "sgd-momentum",

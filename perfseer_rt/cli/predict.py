@@ -171,7 +171,9 @@ def devices(ctx: click.Context, as_json: bool) -> None:
         origin = (f"calibrated from {r['base']}" if r.get("base")
                   else f"{r['configurations']} training configs")
         click.echo(f"{r['device']}: {r['description']}  ({origin}; models "
-                   f"{', '.join(r['models'])}, default {r['default_model']})")
+                   f"{', '.join(r['models'])}, default {r['default_model']}"
+                   + "".join(f"; {mode}: {name}" for mode, name in sorted(r.get("default_model_by_mode", {}).items())
+                             if name != r["default_model"]) + ")")
         if r.get("local_cpu_match") is not None:
             click.echo("  this machine's CPU: " + ("matches" if r["local_cpu_match"] else
                                                    "differs (run `perfseer-rt calibrate`)"))

@@ -36,17 +36,21 @@ MODELS = ({"name": "learned", "file": "_gpu_learned/learned.json",
 
 
 def held_out_accuracy(models_root: Path) -> dict[str, Any]:
-    """The manifest's ``accuracy`` and ``training_data`` from the learned
-    layer's record (``_gpu_learned/learned.json``): its held-out
-    whole-model latency error with the GPU held out, for both models
-    (``prior``: the kernel prior on the same labels), on public timings
-    measured by others; empty where the record has none."""
+    """The manifest's ``accuracy``, ``training_data`` and
+    ``default_model_by_mode`` from the learned layer's record
+    (``_gpu_learned/learned.json``): its held-out whole-model latency error
+    with the GPU held out, for both models (``prior``: the kernel prior on
+    the same labels), on public timings measured by others, and per mode
+    the model of the two with the lower such error (the default a
+    prediction in that mode takes); empty where the record has none."""
     doc = json.loads((models_root / MODELS[0]["file"]).read_text())
     acc = doc.get("accuracy") or {}
     trained = doc.get("trained") or {}
     logo, prior = acc.get("leave_one_gpu_out"), acc.get("prior")
     if not logo:
         return {}
+    by_mode = {mode: min(("learned", "prior"), key=lambda m: (b.get(m) or {}).get("mape", float("inf")))
+               for mode, b in (acc.get("by_mode") or {}).items()}
     split = "whole-model timings measured by others, each GPU held out (reports/gpu-learned)"
 
     def block(a: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +60,8 @@ def held_out_accuracy(models_root: Path) -> dict[str, Any]:
                                          "source": "public timm and NeuSight runs, GPU held out; "
                                                    f"architecture family held out {acc['family_held_out']['mape']} %"
                                          if acc.get("family_held_out") else "public timm and NeuSight runs"}},
-            "training_data": {"configurations": trained.get("labels"), "gpus": trained.get("gpus")}}
+            "training_data": {"configurations": trained.get("labels"), "gpus": trained.get("gpus")},
+            "default_model_by_mode": by_mode}
 
 
 def manifest(name: str, sheet: SpecSheet, source: str, user: bool,

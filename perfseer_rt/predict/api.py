@@ -35,7 +35,8 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
             alone may be given as a string.
         input_shapes: explicit input shapes, as for :func:`perfseer_rt.extract`.
         model: which of the device's predictors (``perfseer-rt devices``);
-            default: the manifest's ``default_model``.
+            default: the manifest's default for ``mode`` (GPU devices: the
+            model with the lower held-out error in that mode).
         precision: GPU devices: ``fp32`` (PyTorch's defaults), ``tf32``,
             ``fp32-strict``, ``amp-fp16``, ``amp-bf16``, ``fp16``, ``bf16``
             (:mod:`perfseer_rt.gpu.precision`); CPU devices predict their
@@ -75,4 +76,4 @@ def predict(models: str | os.PathLike[str] | bytes | Iterable[Any], batch: int |
                       attention=attention, power_limit_w=power_limit_w, mig_profile=mig_profile,
                       extrapolate=extrapolate)
     pred = train_mode.predictor_for(device, mode)
-    return implementation(pred, model).predict(list(models), request)
+    return implementation(pred, model, mode).predict(list(models), request)

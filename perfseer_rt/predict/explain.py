@@ -155,6 +155,7 @@ def device_rows() -> list[dict[str, Any]]:
                                       pred.test_accuracy(x["name"]).get("within_10")}
                                  for x in m["metrics"]],
                      "models": pred.model_names, "default_model": pred.default_model,
+                     "default_model_by_mode": dict(m.get("default_model_by_mode") or {}),
                      "mig_gpu": pred.mig_gpu, "kind": pred.kind,
                      "leave_one_gpu_out": m.get("accuracy", {}).get("leave_one_gpu_out"),
                      "whole_model": m.get("accuracy", {}).get("whole_model"),

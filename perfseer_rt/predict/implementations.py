@@ -25,15 +25,15 @@ def _register(kind: str) -> None:
         from perfseer_rt.gpu import predictor as _gpu  # noqa: F401  (registers kind "gpu")
 
 
-def implementation(pred: Any, model: str | None = None) -> DevicePredictor:
+def implementation(pred: Any, model: str | None = None, mode: str = "inference") -> DevicePredictor:
     """The implementation serving the registry entry ``pred`` with its model
-    ``model`` (default: the entry's default model).
+    ``model`` (default: the entry's default model for ``mode``).
 
     Raises:
         DeviceError: an entry of a kind this perfseer-rt does not serve, or
             a model the entry does not have (the message lists them).
     """
-    name = model or pred.default_model
+    name = model or pred.default_model_for(mode)
     _register(pred.kind)
     factory = IMPLEMENTATIONS.get((pred.kind, name)) or IMPLEMENTATIONS.get((pred.kind, None))
     if factory is None:

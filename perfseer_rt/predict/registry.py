@@ -112,6 +112,12 @@ class Predictor:
     def default_model(self) -> str:
         return str(self._models_section()["default_model"])
 
+    def default_model_for(self, mode: str) -> str:
+        """The model a prediction in ``mode`` takes when none is named: the
+        entry's ``default_model_by_mode`` where it names one (GPU entries:
+        the lower held-out error in that mode), else :attr:`default_model`."""
+        return str((self.manifest.get("default_model_by_mode") or {}).get(mode) or self.default_model)
+
     @property
     def threads(self) -> int:
         """onnxruntime intra-op threads the predictor runs with (from its manifest)."""

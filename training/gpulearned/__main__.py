@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     cv = json.loads((args.out / "cv.json").read_text()) if (args.out / "cv.json").is_file() else None
     ours = sum(lab.source == "ours" for lab in labels)
     summary = {"provenance": "whole-model latencies measured by others: timm's RTX 3090/4090 benchmark "
-                             "CSVs (AMP fp16) and NeuSight's transformer runs (fp32, 8 NVIDIA GPUs)"
+                             "CSVs (AMP fp16), NeuSight's transformer runs (fp32, 8 NVIDIA GPUs) and Lambda's "
+                             "DeepLearningExamples training logs (16 GPUs)"
                              + (f"; and {ours} of our own GPU records (data/gpu, measured by us)" if ours
                                 else "; not measured by us"),
                "trained": {"labels": len(labels), "ours": ours, "date": date.today().isoformat(), "epochs": args.epochs,

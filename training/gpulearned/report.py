@@ -45,8 +45,10 @@ def accuracy_block(cv: dict[str, Any]) -> dict[str, Any]:
     ``accuracy``): overall leave-one-GPU-out and family-held-out MAPE, and
     the interval from the leave-one-GPU-out log errors."""
     o = cv["overall"]
+    by_mode = {mode: {"learned": b["learned_logo"], "prior": b["prior"]}
+               for mode, b in (cv.get("by_mode") or {}).items()}
     return {"leave_one_gpu_out": o["learned_logo"], "family_held_out": o["learned_family"],
-            "prior": o["prior"], "log_q": cv["interval"]["log_q"], "coverage": COVERAGE,
+            "prior": o["prior"], "by_mode": by_mode, "log_q": cv["interval"]["log_q"], "coverage": COVERAGE,
             "meaning": "held-out whole-model error on public measurements by others "
                        "(reports/gpu-learned/README.md); interval: the 10th-90th percentile of "
                        "measured/predicted with the GPU held out"}
@@ -61,6 +63,7 @@ def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, 
            "ours": sum(lab.source == "ours" for lab in labels),
            "overall": {k: stats(p, y) for k, p in preds.items()},
            "interval": {"coverage": COVERAGE, "log_q": [round(float(v), 4) for v in logq]},
+           "by_mode": breakdown(labels, y, preds, lambda lab: lab.mode),
            "by_source_mode_precision": breakdown(labels, y, preds,
                                                  lambda lab: f"{lab.source} {lab.mode} {lab.precision}"),
            "by_gpu": breakdown(labels, y, preds, lambda lab: f"{lab.gpu} {lab.source} {lab.mode}"),
@@ -96,7 +99,9 @@ def markdown(doc: dict[str, Any]) -> str:
              "**Data.** Whole-model latencies measured by others (`data/public-gpu`): timm's benchmark "
              "CSVs (RTX 3090 / RTX 4090, PyTorch 1.12-2.4 eager, AMP fp16, NCHW and channels-last, "
              "inference and SGD training steps) and NeuSight's five transformers (PyTorch 2.1 eager, fp32, "
-             "eight NVIDIA GPUs, inference and forward + backward)" + (
+             "eight NVIDIA GPUs, inference and forward + backward) and Lambda's logs of NVIDIA "
+             "DeepLearningExamples training steps (ResNet-50, BERT-base/-large SQuAD; 16 GPUs, AMP/fp16 and "
+             "TF32, materialised attention)" + (
                  f"; and {doc['ours']} records of our own (`data/gpu`, measured by us with the GPU window: "
                  "source `ours` below)." if doc.get("ours") else ". None of these numbers were measured by us.")
              + " Labels whose model is not rebuilt yet are left out: " +
@@ -119,6 +124,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append(f"\nInterval shipped with the layer: {int(100 * COVERAGE)} % of held-out labels (GPU held out) "
                  f"within x{np.exp(doc['interval']['log_q'][0]):.2f} .. x{np.exp(doc['interval']['log_q'][1]):.2f} "
                  "of the prediction.\n")
+    if "by_mode" in doc:
+        lines += _table("By mode (the GPU entries' default model per mode is the lower of prior and "
+                        "learned, GPU held out)", doc["by_mode"])
     lines += _table("By source, mode and precision", doc["by_source_mode_precision"])
     lines += _table("By GPU", doc["by_gpu"])
     lines += _table("By kind of architecture", doc["by_kind"])
