@@ -12,7 +12,8 @@ import pytest
 
 from training.campaign.store import dataset_folders, iter_records
 from training.gpulearned import labels as LB
-from training.publicgpu import cli, lambda_logs as L
+from training.publicgpu import cli
+from training.publicgpu import lambda_logs as L
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "public-gpu" / "lambda"
