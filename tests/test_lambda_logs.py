@@ -75,7 +75,8 @@ def test_only_single_gpu_runs_are_read(system, version, one):
     ("A100_80GB_SXM4_v1", "a100-80gb-sxm"), ("AdaA6000_v1", "rtx-6000-ada"), ("A6000_v1", "rtx-a6000"),
     ("LambdaCloud_A10_v1", "a10"), ("LambdaBM_ENG04_1xH200_140GB_SXM_h200_v2", "h200-sxm"),
     ("LambdaOD_1x_1xGH200_96GB_192-222-57-0_v2", "gh200-96gb"), ("H100_80GB_PCIe5_v1", "h100-pcie"),
-    ("3090_v1", "rtx-3090"), ("LambdaOD_1x_1xGH200_80GB_192-222-58-35_v2", None)])
+    ("3090_v1", "rtx-3090"), ("LambdaOD_1x_1xGH200_80GB_192-222-58-35_v2", "gh200-96gb"),
+    ("LambdaOD_1x_1xGX300_99GB_v2", None)])
 def test_system_folders_map_to_spec_sheets(system, device):
     assert L.device_of(system) == device
 

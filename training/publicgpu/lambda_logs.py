@@ -72,9 +72,10 @@ TASKS = {
 }
 #: A system folder's GPU -> our spec-sheet key, first match wins (the folder names of
 #: Lambda's repository; V100 16GB on Lambda Cloud is an SXM2 part: its logs print
-#: "Tesla V100-SXM2-16GB").
+#: "Tesla V100-SXM2-16GB"; the one folder named "GH200_80GB" prints "NVIDIA GH200
+#: 480GB" in its logs, the 96 GB part's name, as the "GH200_96GB" folders do).
 GPUS: tuple[tuple[str, str], ...] = (
-    (r"GH200_96GB", "gh200-96gb"), (r"(?<!G)H200", "h200-sxm"), (r"B200", "b200"),
+    (r"GH200_(96|80)GB", "gh200-96gb"), (r"(?<!G)H200", "h200-sxm"), (r"B200", "b200"),
     (r"H100_80GB_SXM5", "h100-sxm"), (r"H100_80GB_PCIe", "h100-pcie"),
     (r"A100_80GB_SXM4", "a100-80gb-sxm"), (r"A100_40GB_SXM4", "a100-40gb-sxm"),
     (r"A100_80GB_PCIe", "a100-80gb-pcie"), (r"A100_40GB_PCIe", "a100-40gb-pcie"),
