@@ -150,6 +150,15 @@ def test_materialised_attention_writes_the_scores_and_costs_more(tfm_path):
     assert code == 2 and "flash" in err and "Traceback" not in err
     with pytest.raises(PerfSeerError, match="GPU devices only"):
         api.predict(CNN, device="cpu-amd-epyc-1t", attention="materialised")
+    # the budget commands and the MIG rows price what was asked too
+    verdicts = [check(tfm_path, "a100-80gb-sxm", max_memory_mb=1e6, batch=16, mode="train", attention=a)
+                for a in ATTENTION]
+    assert _value(verdicts[1]["prediction"], "step_ms") > _value(verdicts[0]["prediction"], "step_ms")
+    rows = [{p["profile"]: p for p in r["mig"]["profiles"]} for r in (fused, mat)]
+    assert rows[1]["1g.10gb"]["peak_mem_mb"]["value"] > rows[0]["1g.10gb"]["peak_mem_mb"]["value"]
+    fits = [fit(tfm_path, "a100-80gb-sxm", max_memory_mb=4000, mode="train", attention=a)["value"]
+            for a in ATTENTION]
+    assert fits[1] <= fits[0]
 
 
 def test_each_mode_defaults_to_the_model_with_the_lower_held_out_error(tmp_path, monkeypatch, tfm_path):

@@ -52,14 +52,15 @@ def held_out_accuracy(models_root: Path) -> dict[str, Any]:
     by_mode = {mode: min(("learned", "prior"), key=lambda m: (b.get(m) or {}).get("mape", float("inf")))
                for mode, b in (acc.get("by_mode") or {}).items()}
     split = "whole-model timings measured by others, each GPU held out (reports/gpu-learned)"
+    data = ", ".join(trained.get("sources") or ["public timm and NeuSight runs"])
 
     def block(a: dict[str, Any]) -> dict[str, Any]:
         return {"latency_ms": {"mape": a["mape"], "within_10": a["within_10"], "count": a["n"], "split": split}}
     return {"accuracy": {"test": {"learned": block(logo), **({"prior": block(prior)} if prior else {})},
                          "whole_model": {"mape": logo["mape"], "labels": logo["n"],
-                                         "source": "public timm and NeuSight runs, GPU held out; "
-                                                   f"architecture family held out {acc['family_held_out']['mape']} %"
-                                         if acc.get("family_held_out") else "public timm and NeuSight runs"}},
+                                         "source": f"{data}, GPU held out"
+                                         + (f"; architecture family held out {acc['family_held_out']['mape']} %"
+                                            if acc.get("family_held_out") else "")}},
             "training_data": {"configurations": trained.get("labels"), "gpus": trained.get("gpus")},
             "default_model_by_mode": by_mode}
 

@@ -99,12 +99,14 @@ def power_model(sheet: SpecSheet, spec: GpuSpec, prec: Precision) -> power.Power
 def slice_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any,
                   timeline_on: Callable[[Any], KernelTimeline], *, mode: str = "inference",
                   precision: str = "fp32", optimizer: str | None = "adamw",
-                  power_limit_w: float | None = None) -> Callable[[Any, float, float], dict[str, Any]]:
+                  power_limit_w: float | None = None,
+                  fused_attention: bool = True) -> Callable[[Any, float, float], dict[str, Any]]:
     """The ``extra_on`` callback of :func:`perfseer_rt.gpu.mig_advice.advise`:
     for a slice (its spec sheet, usable MiB, memory share) the memory of the
     run on it (``fits`` from the allocator's simulation within the usable
     memory), SM utilization and energy from ``timeline_on(slice_spec)``,
-    with the slice's share of the board's power model."""
+    with the slice's share of the board's power model; ``fused_attention`` as
+    :func:`resource_metrics`."""
     whole = power.power_spec(spec, precision)
     coeffs = power.default_coeffs(whole)
 
@@ -113,7 +115,7 @@ def slice_metrics(graph: PerfGraph, proto: onnx.ModelProto | None, spec: Any,
         ps, co = power.slice_power(whole, coeffs, sms, mem_fraction)
         m = resource_metrics(graph, proto, timeline_on(slice_spec), slice_spec, mode=mode, precision=precision,
                              optimizer=optimizer, power_limit_w=power_limit_w, capacity_mib=usable_mib,
-                             power_spec=ps, power_coeffs=co)
+                             power_spec=ps, power_coeffs=co, fused_attention=fused_attention)
         mem = m["peak_mem_mb"]
         return {"peak_mem_mb": {"value": mem["value"], "unit": "MiB", "fits": mem["fits"],
                                 "views": {k: v["value"] for k, v in mem["views"].items()}},

@@ -53,7 +53,7 @@ def _metrics(device: str | None, mode: str) -> tuple[list[str], str]:
     """(the metrics ``mode`` on ``device`` predicts, the one a latency budget
     reads: ``latency_ms`` for inference, ``step_ms`` for a training step)."""
     pred = predictor_for(device, mode)
-    return implementation(pred).metric_names(mode), "step_ms" if mode == "train" else "latency_ms"
+    return implementation(pred, mode=mode).metric_names(mode), "step_ms" if mode == "train" else "latency_ms"
 
 
 def _limits(max_latency_ms: float | None, max_memory_mb: float | None,

@@ -72,7 +72,7 @@ def predict_many(models: list[str], batches: list[int | None], *, device: str | 
     extract raises its error, or with ``on_error`` is passed to it (model,
     error) and left out while the others are predicted; so is a graph far
     outside the predictor's domain (:mod:`.domain`) unless ``extrapolate``.
-    ``gpu_options`` (``optimizer``, ``layout``, ``power_limit_w``,
+    ``gpu_options`` (``optimizer``, ``layout``, ``attention``, ``power_limit_w``,
     ``mig_profile``) go to :func:`predict` as they are."""
     # an unknown device (or one without a training-step predictor) fails before any extraction
     predictor_for(device, mode)

@@ -66,6 +66,9 @@ class DeviceRow(_Open):
     description: Optional[str] = None
     models: list[str]
     default_model: Optional[str] = None
+    default_model_by_mode: dict[str, str] = Field(
+        default_factory=dict, description="the default model per mode where it differs by mode "
+        "(GPU entries: the lower held-out error in that mode)")
 
 
 class ErrorBody(BaseModel):

@@ -34,6 +34,10 @@ OUT = REPO / "reports" / "gpu-learned"
 EXPORT = REPO / "exported_models" / "_gpu_learned"
 #: Folds of the family-held-out validation (families hashed into them).
 FAMILY_FOLDS = 5
+#: How the layer's record names each public source it was trained on.
+SOURCES = (("timm", "timm's RTX 3090/4090 benchmark CSVs (AMP fp16)"),
+           ("neusight", "NeuSight's transformer runs (fp32, 8 NVIDIA GPUs)"),
+           ("lambda", "Lambda's DeepLearningExamples training logs (16 GPUs)"))
 
 
 def family_fold(group: str) -> str:
@@ -71,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     model = FT.fit(data, y, groups, cfg, progress=True)
     cv = json.loads((args.out / "cv.json").read_text()) if (args.out / "cv.json").is_file() else None
     ours = sum(lab.source == "ours" for lab in labels)
-    summary = {"provenance": "whole-model latencies measured by others: timm's RTX 3090/4090 benchmark "
-                             "CSVs (AMP fp16), NeuSight's transformer runs (fp32, 8 NVIDIA GPUs) and Lambda's "
-                             "DeepLearningExamples training logs (16 GPUs)"
+    sources = {lab.source for lab in labels}
+    named = [text for key, text in SOURCES if key in sources]
+    summary = {"provenance": "whole-model latencies measured by others: " + ", ".join(named)
                              + (f"; and {ours} of our own GPU records (data/gpu, measured by us)" if ours
                                 else "; not measured by us"),
-               "trained": {"labels": len(labels), "ours": ours, "date": date.today().isoformat(), "epochs": args.epochs,
+               "trained": {"labels": len(labels), "ours": ours, "sources": named, "date": date.today().isoformat(), "epochs": args.epochs,
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}

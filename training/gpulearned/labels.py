@@ -27,6 +27,7 @@ from typing import Iterator
 from perfseer_rt.gpu.spec_store import shipped_gpu_specs
 from training.campaigns.gpu_window.label_fields import label_fields
 from training.gpulearned.tables import Label
+from training.gpuprior.neusight_labels import DATA as NEUSIGHT
 from training.publicgpu.cache import onnx_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,11 @@ class LayeredModel:
     layers: int
     folder: str = ""
     head: tuple[str, tuple[str, ...]] | None = None
+
+    @property
+    def configs(self) -> Path:
+        """The folder whose ``configs/<name>.json`` is the model's config."""
+        return Path(self.folder) if self.folder else NEUSIGHT
 
 
 def sheet_of(gpu_name: str) -> str | None:
@@ -112,13 +118,15 @@ def neusight_label(r: dict) -> tuple[Label, LayeredModel] | None:
                   dims=(("seq", int(params["seq"])),)), model)
 
 
-def lambda_labels(recs: list[dict], cache: Path) -> tuple[list[Label], list[tuple[Label, LayeredModel]], Counter]:
-    """Lambda's records as labels: one per GPU, task, batch and PyTorch
-    version, the median step of its runs (a GPU many systems ran, such as the
-    H100 SXM, is one label, not a hundred). ResNet-50 is the rebuild of timm's
-    ``resnet50`` at 224 in ``cache`` (DLE's ResNet-50 v1.5 is the same
-    network); the BERTs are built from their configs (:data:`LAMBDA`) with
-    the question-answering head. Attention is materialised (DLE's own BERT)."""
+def lambda_labels(recs: list[dict], cache: Path, configs: Path = LAMBDA
+                  ) -> tuple[list[Label], list[tuple[Label, LayeredModel]], Counter]:
+    """Lambda's records as labels: one per GPU, task, batch and NGC container
+    build, the median step of its runs (a GPU many systems ran, such as the
+    H100 SXM, is one label per container, not a hundred). ResNet-50 is the
+    rebuild of timm's ``resnet50`` at 224 in ``cache`` (DLE's ResNet-50 v1.5
+    is the same network); the BERTs are built from their configs
+    (``configs/configs/<model>.json``) with the question-answering head.
+    Attention is materialised (DLE's own BERT)."""
     runs: dict[tuple, list[float]] = {}
     first: dict[tuple, dict] = {}
     skipped: Counter = Counter()
@@ -128,15 +136,14 @@ def lambda_labels(recs: list[dict], cache: Path) -> tuple[list[Label], list[tupl
             skipped["lambda: no spec sheet"] += 1
             continue
         key = (gpu, r["setup"]["precision"], r["config"]["params"]["model"], int(r["batch"]),
-               r["env"]["torch_version"])
+               str(r["published"].get("container_build")))
         runs.setdefault(key, []).append(float(r["metrics"]["step_ms"]))
         first.setdefault(key, r)
     plain: list[Label] = []
     layered: list[tuple[Label, LayeredModel]] = []
     for key, ms in sorted(runs.items()):
         gpu, precision, model, batch, _ = key
-        r = first[key]
-        opt = r["published"]["optimizer"]
+        opt = first[key]["published"]["optimizer"]
         if model == "resnet50":
             path = onnx_file(cache, "resnet50", 224)
             if path is None:
@@ -145,10 +152,10 @@ def lambda_labels(recs: list[dict], cache: Path) -> tuple[list[Label], list[tupl
             plain.append(Label(str(path), batch, gpu, precision, "nchw", "train", opt, False, median(ms),
                                LAMBDA_GROUPS[model], "cnn", "lambda"))
         else:
-            layers = json.loads((LAMBDA / "configs" / f"{model}.json").read_text())["num_hidden_layers"]
+            layers = json.loads((configs / "configs" / f"{model}.json").read_text())["num_hidden_layers"]
             layered.append((Label("", batch, gpu, precision, "nchw", "train", opt, False, median(ms),
                                   LAMBDA_GROUPS[model], "transformer", "lambda", dims=(("seq", 384),)),
-                            LayeredModel(model, int(layers), str(LAMBDA), QA_HEAD)))
+                            LayeredModel(model, int(layers), str(configs), QA_HEAD)))
     return plain, layered, skipped
 
 
@@ -175,7 +182,7 @@ def load(root: Path, cache: Path) -> tuple[list[Label], list[tuple[Label, Layere
                 skipped["neusight: no spec sheet (AMD)"] += 1
             else:
                 neusight.append(got)
-    plain, layered, skipped_lambda = lambda_labels(lam, cache)
+    plain, layered, skipped_lambda = lambda_labels(lam, cache, root / "lambda")
     skipped.update(skipped_lambda)
     return timm + plain, neusight + layered, skipped
 
@@ -207,9 +214,8 @@ def layer_exports(model: LayeredModel, mode: str, cache: Path) -> dict[int, str]
     (NeuSight's BERT has another head in training), made once into ``cache``."""
     # lazy: torch + transformers, needed by this step only
     from training.gpuprior.neusight_e2e import export_model, head_of
-    from training.gpuprior.neusight_labels import DATA as NEUSIGHT
 
-    configs = Path(model.folder) if model.folder else NEUSIGHT
+    configs = model.configs
     model_type = json.loads((configs / "configs" / f"{model.name}.json").read_text())["model_type"]
     # the causal LMs are the same model in both modes
     head = model.head[0] if model.head else head_of(model_type, mode)[0]

@@ -99,9 +99,10 @@ def markdown(doc: dict[str, Any]) -> str:
              "**Data.** Whole-model latencies measured by others (`data/public-gpu`): timm's benchmark "
              "CSVs (RTX 3090 / RTX 4090, PyTorch 1.12-2.4 eager, AMP fp16, NCHW and channels-last, "
              "inference and SGD training steps) and NeuSight's five transformers (PyTorch 2.1 eager, fp32, "
-             "eight NVIDIA GPUs, inference and forward + backward) and Lambda's logs of NVIDIA "
-             "DeepLearningExamples training steps (ResNet-50, BERT-base/-large SQuAD; 16 GPUs, AMP/fp16 and "
-             "TF32, materialised attention)" + (
+             "eight NVIDIA GPUs, inference and forward + backward)"
+             + ("; Lambda's logs of NVIDIA DeepLearningExamples training steps (ResNet-50, BERT-base/-large "
+                "SQuAD; 16 GPUs, AMP/fp16 and TF32, materialised attention)"
+                if any(r["source"] == "lambda" for r in doc["rows"]) else "") + (
                  f"; and {doc['ours']} records of our own (`data/gpu`, measured by us with the GPU window: "
                  "source `ours` below)." if doc.get("ours") else ". None of these numbers were measured by us.")
              + " Labels whose model is not rebuilt yet are left out: " +

@@ -26,23 +26,25 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from perfseer_rt.gpu.layouts import LAYOUTS
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from perfseer_rt.predict import predict
 from training.gpulearned import labels as LB
+from training.gpulearned import report
 from training.gpulearned.tables import Label
 
 PREDICTORS = ("learned", "prior")
 
 
-def full_model(model: LB.LayeredModel, cache: Path) -> str:
-    """``model`` exported with all its layers into ``cache/full`` (once)."""
+def full_model(model: LB.LayeredModel, mode: str, cache: Path) -> str:
+    """``model`` exported with all its layers for ``mode`` into ``cache/full`` (once)."""
     from training.gpuprior.neusight_e2e import export_model  # lazy: torch + transformers
 
     folder = cache / "full"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{model.name}-{(model.head or ('default',))[0]}.onnx"
+    path = folder / f"{model.name}-{(model.head or ('default',))[0]}-{mode}.onnx"
     if not path.is_file():
-        export_model(model.name, None, path, folder=Path(model.folder), mode="train", head=model.head)
+        export_model(model.name, None, path, folder=model.configs, mode=mode, head=model.head)
     return str(path)
 
 
@@ -51,7 +53,7 @@ def predicted_ms(lab: Label, onnx: str, predictor: str) -> float:
     attention as the label's framework ran it: ``--attention``)."""
     [ans] = predict(onnx, batch=lab.batch, device=lab.gpu, model=predictor, precision=lab.precision,
                     dims=dict(lab.dims) or None, mode=lab.mode, optimizer=lab.optimizer,
-                    layout=lab.layout if lab.layout in ("nchw", "nhwc") else None,
+                    layout=lab.layout if lab.layout in LAYOUTS else None,
                     attention="fused" if lab.sdpa else "materialised")
     key = "step_ms" if lab.mode == "train" else "latency_ms"
     return float(ans["metrics"][key]["value"])
@@ -61,7 +63,7 @@ def rows(source: str, cache: Path, root: Path = LB.DATA) -> list[dict]:
     """One row per label of ``source``: its fields, measured ms, each predictor's ms."""
     plain, layered, _ = LB.load(root, cache)
     jobs = [(lab, lab.onnx) for lab in plain if lab.source == source]
-    jobs += [(lab, full_model(m, cache)) for lab, m in layered if lab.source == source]
+    jobs += [(lab, full_model(m, lab.mode, cache)) for lab, m in layered if lab.source == source]
     out = []
     for lab, onnx in tqdm(jobs, desc=f"{source} labels"):
         row = {"model": Path(onnx).stem, "gpu": lab.gpu, "precision": lab.precision, "batch": lab.batch,
@@ -76,9 +78,7 @@ def summary(table: list[dict]) -> dict[str, dict[str, dict[str, dict[str, float]
     """MAPE % and median signed error % of each predictor by model, precision
     and GPU (and overall)."""
     def stats(sel: list[dict], p: str) -> dict[str, float]:
-        err = np.array([r[f"{p}_ms"] / r["measured_ms"] - 1 for r in sel]) * 100
-        return {"n": len(sel), "mape": round(float(np.mean(np.abs(err))), 1),
-                "median": round(float(np.median(err)), 1)}
+        return report.stats(np.array([r[f"{p}_ms"] for r in sel]), np.array([r["measured_ms"] for r in sel]))
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for by in ("all", "model", "precision", "gpu"):
         groups: dict[str, list[dict]] = defaultdict(list)
@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.gpulearned.shipped_check",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--cache", type=Path, required=True)
-    ap.add_argument("--source", default="lambda")
+    # the sources whose labels a user can ask for as they ran (NeuSight's training
+    # labels have no optimizer update, which predict() always prices)
+    ap.add_argument("--source", default="lambda", choices=("lambda", "timm"))
     ap.add_argument("--data", type=Path, default=LB.DATA)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)

@@ -69,7 +69,6 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
     cfg.pop("architectures", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     config.use_cache = False
-    per_token = head is not None or not (model_type == "bert" and mode == "inference")
     if head is None:
         auto, output = head_of(model_type, mode)
         head = (auto, (output,))
@@ -88,6 +87,9 @@ def export_model(name: str, layers: int | None, path: Path, folder: Path = DATA,
             return out[outputs[0]] if len(outputs) == 1 else torch.stack([out[o] for o in outputs], -1)
 
     ids = torch.ones((2, 16), dtype=torch.int64)
+    with torch.no_grad():  # an output per token has a seq axis to name
+        out = Logits()(ids)
+    per_token = out.dim() >= 2 and out.shape[1] == ids.shape[1]
     with torch.no_grad(), tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         # to a file: torch writes the weights of a model over 2 GiB as external data beside it
         torch.onnx.export(Logits(), (ids,), str(Path(tmp) / "model.onnx"), dynamo=False,

@@ -47,7 +47,11 @@ def _lambda(args) -> int:
 
     try:
         counts, skipped = build_lambda(Path(args.repo), Path(args.out))
-    except (ValueError, OSError, subprocess.CalledProcessError) as exc:  # not a clone, or no usable log
+    except subprocess.CalledProcessError as exc:  # not a git directory
+        why = (exc.stderr or "").strip().splitlines()[-1:] or [str(exc)]
+        print(f"error: {args.repo}: {why[0]} (pass a clone's .git directory)", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:  # no usable log, or a log that is not what it claims
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for name, n in sorted(counts.items()):

@@ -10,7 +10,7 @@ from pathlib import Path
 def git(repo: Path, *args: str) -> str:
     """stdout of ``git --git-dir REPO ARGS...`` (raises on a git error)."""
     return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+                          encoding="utf-8", errors="replace").stdout
 
 
 def head_commit(repo: Path) -> str:

@@ -75,7 +75,7 @@ TASKS = {
 #: "Tesla V100-SXM2-16GB"; the one folder named "GH200_80GB" prints "NVIDIA GH200
 #: 480GB" in its logs, the 96 GB part's name, as the "GH200_96GB" folders do).
 GPUS: tuple[tuple[str, str], ...] = (
-    (r"GH200_(96|80)GB", "gh200-96gb"), (r"(?<!G)H200", "h200-sxm"), (r"B200", "b200"),
+    (r"GH200_(96|80)GB", "gh200-96gb"), (r"(?<!G)H200", "h200-sxm"), (r"(?<!G)B200", "b200"),
     (r"H100_80GB_SXM5", "h100-sxm"), (r"H100_80GB_PCIe", "h100-pcie"),
     (r"A100_80GB_SXM4", "a100-80gb-sxm"), (r"A100_40GB_SXM4", "a100-40gb-sxm"),
     (r"A100_80GB_PCIe", "a100-80gb-pcie"), (r"A100_40GB_PCIe", "a100-40gb-pcie"),
@@ -128,19 +128,24 @@ class Run:
     details: dict
 
 
-def parse_resnet(text: str) -> Run | None:
+def parse_resnet(text: str, amp: bool | None = None) -> Run | None:
     """A ResNet-50 log: ``batch_size`` and the first ``Summary`` line's
-    ``train.compute_ips``; None without a summary (the run did not finish)."""
+    ``train.compute_ips``; None without a summary (the run did not finish).
+    ``amp``: what the task folder says (a log saying otherwise is an error)."""
     ips = _num(r"Summary: train\.loss[^\n]*?train\.compute_ips : ([0-9.]+) images/s", text)
     batch = _num(r"PARAMETER data [^\n]*? batch_size : (\d+)", text)
     if ips is None or batch is None:
         return None
+    if ips <= 0 or batch < 1:
+        raise LambdaLogError(f"resnet50 log with batch {batch:g} and {ips:g} images/s")
     for key, want in (("data_backend", "synthetic"), ("memory_format", "nchw")):
         got = re.search(rf" {key} : (\S+)", text)
         if got is None or got.group(1) != want:
             raise LambdaLogError(f"resnet50 log with {key} {got.group(1) if got else None!r} (expected {want})")
     iters = [float(x) for x in re.findall(r"Iteration: \d+\s+train\.loss[^\n]*?train\.compute_ips : ([0-9.]+)", text)]
     details: dict = {"amp": " amp : True" in text, "iteration_lines": len(iters)}
+    if amp is not None and details["amp"] != amp:
+        raise LambdaLogError(f"resnet50 log with amp {details['amp']} in a task folder of amp {amp}")
     steady = iters[10:]
     if len(steady) >= 5:
         details["iteration_ips_median"] = statistics.median(steady)
@@ -148,12 +153,15 @@ def parse_resnet(text: str) -> Run | None:
     return Run(int(batch), ips, "images/s", details)
 
 
-def parse_bert(text: str) -> Run | None:
-    """A BERT SQuAD log: ``train_batch_size`` and ``training_sequences_per_second``."""
+def parse_bert(text: str, fp16: bool | None = None) -> Run | None:
+    """A BERT SQuAD log: ``train_batch_size`` and ``training_sequences_per_second``.
+    ``fp16``: what the task folder says (a log saying otherwise is an error)."""
     sps = _num(r"training_sequences_per_second : ([0-9.]+)", text)
     batch = _num(r"PARAMETER train_batch_size : (\d+)", text)
     if sps is None or batch is None:
         return None
+    if sps <= 0 or batch < 1:
+        raise LambdaLogError(f"BERT log with batch {batch:g} and {sps:g} sequences/s")
     seq = _num(r"max_seq_length[=:]\s*(\d+)", text)
     if seq != 384:
         raise LambdaLogError(f"BERT log with max_seq_length {seq} (expected 384)")
@@ -161,6 +169,8 @@ def parse_bert(text: str) -> Run | None:
                "model_weights_num": _num(r"model_weights_num : (\d+)", text),
                "fp16": "16-bits training: True" in text,
                "max_steps": _num(r"max_steps[=:]\s*([0-9.]+)", text)}
+    if fp16 is not None and details["fp16"] != fp16:
+        raise LambdaLogError(f"BERT log with 16-bits training {details['fp16']} in a task folder of fp16 {fp16}")
     return Run(int(batch), sps, "sequences/s", details)
 
 
@@ -241,7 +251,11 @@ def records(repo: Path) -> tuple[list[dict], dict[str, int]]:
             build = container_build(list(texts.values()))
             for path, text in texts.items():
                 task = TASKS[path.split("/")[3]]
-                run = parse_resnet(text) if task.model == "resnet50" else parse_bert(text)
+                half = task.precision != "tf32"
+                try:
+                    run = parse_resnet(text, half) if task.model == "resnet50" else parse_bert(text, half)
+                except LambdaLogError as exc:
+                    raise LambdaLogError(f"{path}: {exc}") from None
                 if run is None:
                     skip("log without the throughput line (out of memory or cut off)")
                     continue
