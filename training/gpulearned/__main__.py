@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"provenance": "whole-model latencies measured by others: " + ", ".join(named)
                              + (f"; and {ours} of our own GPU records (data/gpu, measured by us)" if ours
                                 else "; not measured by us"),
-               "trained": {"labels": len(labels), "ours": ours, "sources": named, "date": date.today().isoformat(), "epochs": args.epochs,
+               "trained": {"labels": len(labels), "ours": ours, "sources": named,
+                           "date": date.today().isoformat(), "epochs": args.epochs,
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}
