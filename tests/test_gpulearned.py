@@ -3,6 +3,7 @@
 layer extrapolation, the fit, the export round trip."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ from tests.gpu_models import transformer  # noqa: E402
 from training.gpulearned import fit as FT  # noqa: E402
 from training.gpulearned import labels as LB  # noqa: E402
 from training.gpulearned.export import export  # noqa: E402
+from training.gpulearned.report import accuracy_block  # noqa: E402
 from training.gpulearned.tables import Label, extrapolate, label_data  # noqa: E402
 
 SPEC = shipped_sheet("rtx-4090").to_gpu_spec()
@@ -169,3 +171,15 @@ def test_dram_only_data_is_retimed_to_the_l2_roofline(layer_files, monkeypatch):
     assert np.allclose(back.x, now.x, rtol=1e-5, atol=1e-4)
     assert back.roof == pytest.approx(now.roof, rel=1e-5)
     assert dataset.retime_memory(now, SPEC, share=0.0).roof == pytest.approx(old.roof, rel=1e-5)
+
+
+def test_the_shipped_layer_states_the_accuracy_of_the_committed_report():
+    """The shipped record's held-out figures (and so each mode's default model)
+    are the ones reports/gpu-learned/cv.json measured, not a stale copy."""
+    root = Path(__file__).resolve().parents[1]
+    cv = json.loads((root / "reports/gpu-learned/cv.json").read_text())
+    shipped = json.loads((root / "exported_models/_gpu_learned/learned.json").read_text())
+    want = accuracy_block(cv)
+    got = {k: v for k, v in shipped["accuracy"].items() if k in want}
+    assert got == want
+    assert set(shipped["accuracy"]["by_mode"]) == {"inference", "train"}

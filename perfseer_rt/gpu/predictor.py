@@ -2,7 +2,8 @@
 a GPU from its spec sheet (:mod:`perfseer_rt.gpu.entries`), the step as
 PyTorch eager runs it (:mod:`perfseer_rt.gpu.step`), each kernel priced by
 
-* :class:`LearnedGpuPredictor` (model ``learned``, the default): its
+* :class:`LearnedGpuPredictor` (model ``learned``, the default in each mode
+  where its held-out error is the lower): its
   roofline on the spec sheet corrected by the learned whole-model layer
   (:mod:`perfseer_rt.gpu.learned`), trained on whole-model latencies
   measured by others;

@@ -13,7 +13,8 @@ Implementations:
 * ``seernet``: the learned CPU predictors (:mod:`perfseer_rt.predict.seernet_impl`);
 * ``gpu``, model ``prior``: a GPU from its spec sheet, priced by the kernel
   prior (:class:`perfseer_rt.gpu.predictor.PriorGpuPredictor`);
-* ``gpu``, model ``learned`` (the default): the same kernels priced by their
+* ``gpu``, model ``learned`` (the default in each mode where its held-out
+  error is the lower, see ``default_model_by_mode``): the same kernels priced by their
   roofline with the learned whole-model layer
   (:class:`perfseer_rt.gpu.predictor.LearnedGpuPredictor`).
 """

@@ -43,6 +43,7 @@ def _records(args) -> int:
 
 
 def _lambda(args) -> int:
+    # lazy: as in _records, the build module reaches timm through the timm CSV parser
     from training.publicgpu.build import build_lambda
 
     try:
