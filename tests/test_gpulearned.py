@@ -102,27 +102,30 @@ def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_fil
 def test_ablation_variants_change_only_what_they_name(layer_files):
     """``training.gpulearned.ablate``: ``drop`` removes exactly the named
     columns, ``add:clock`` appends the GPU's log2 boost clock (GHz) as one
-    column, ``l2share:A`` recomputes the memory roofline, ``seed:N`` keeps
-    the data; an unknown feature is refused."""
+    column, ``l2share:A`` recomputes the memory roofline, ``seed:N`` and
+    ``groups:P`` keep the data and change only the fit; an unknown feature
+    is refused."""
     from training.gpulearned import ablate, dataset
 
     lab = _label(layer_files[1])
     data = [label_data(lab, SPEC)]
     names = LF.names()
-    dropped, seed = ablate.variant_data("drop:log10_tc_us+log10_tm_us", [lab], data)
+    dropped, cfg = ablate.variant_data("drop:log10_tc_us+log10_tm_us", [lab], data, 7)
     keep = [i for i, n in enumerate(names) if n not in ("log10_tc_us", "log10_tm_us")]
-    assert seed == 0 and np.array_equal(dropped[0].x, data[0].x[:, keep])
-    added, _ = ablate.variant_data("add:clock", [lab], data)
+    assert cfg == FT.FitConfig(epochs=7) and np.array_equal(dropped[0].x, data[0].x[:, keep])
+    added, _ = ablate.variant_data("add:clock", [lab], data, 7)
     assert added[0].x.shape[1] == len(names) + 1
     assert np.allclose(added[0].x[:, -1], np.log2(SPEC.clock_mhz / 1000.0))
     assert np.array_equal(added[0].x[:, :-1], data[0].x)
-    dram, _ = ablate.variant_data("l2share:0", [lab], data)
+    dram, _ = ablate.variant_data("l2share:0", [lab], data, 7)
     assert dram[0].roof == pytest.approx(dataset.retime_memory(data[0], SPEC, share=0.0).roof)
     assert np.array_equal(dram[0].count, data[0].count)
-    same, seed = ablate.variant_data("seed:3", [lab], data)
-    assert seed == 3 and same is data
+    same, cfg = ablate.variant_data("seed:3", [lab], data, 7)
+    assert cfg.seed == 3 and same is data
+    same, cfg = ablate.variant_data("groups:0.5", [lab], data, 7)
+    assert cfg.group_power == 0.5 and cfg.seed == 0 and same is data
     with pytest.raises(ValueError, match="no feature named"):
-        ablate.variant_data("drop:not_a_feature", [lab], data)
+        ablate.variant_data("drop:not_a_feature", [lab], data, 7)
 
 
 def test_ablation_table_has_a_row_per_variant_gpu_and_mode():
@@ -183,3 +186,13 @@ def test_the_shipped_layer_states_the_accuracy_of_the_committed_report():
     got = {k: v for k, v in shipped["accuracy"].items() if k in want}
     assert got == want
     assert set(shipped["accuracy"]["by_mode"]) == {"inference", "train"}
+
+
+def test_group_weights_follow_the_power_of_the_group_size():
+    """At power 1 each (source, GPU, mode) group weighs the same in all, at 0
+    each label does; between, a group of n labels weighs n ** (1 - power)."""
+    groups = ["a"] * 9 + ["b"]
+    for power in (0.0, 0.5, 1.0):
+        w = FT.group_weights(groups, power)
+        assert w.mean() == pytest.approx(1.0)
+        assert w[:9].sum() / w[9] == pytest.approx(9 ** (1 - power))

@@ -15,6 +15,9 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
   input the shipped layer does not have;
 * ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
   ``min(1, L2 / bytes)``.
+* ``groups:P``: labels weighted ``1 / n ** P`` by the size ``n`` of their
+  (source, GPU, mode) group (:class:`training.gpulearned.fit.FitConfig`'s
+  ``group_power``; the shipped fit: 1, every group the same);
 * ``l2share:A``: the roofline's memory side with ``A`` in place of
   :data:`perfseer_rt.gpu.learned_features.L2_SHARE` (``l2share:0``: DRAM
   only, the roofline before the L2 entered it), the roofline and its two
@@ -62,38 +65,43 @@ def _l2fit(x: np.ndarray, spec: GpuSpec) -> np.ndarray:
 EXTRAS: dict[str, Extra] = {"clock": _clock, "l2fit": _l2fit}
 
 
-def variant_data(name: str, labels: list[Label], data: list[LabelData]) -> tuple[list[LabelData], int]:
-    """The kernel data and seed of variant ``name`` (module doc)."""
+def variant_data(name: str, labels: list[Label], data: list[LabelData],
+                 epochs: int) -> tuple[list[LabelData], FT.FitConfig]:
+    """The kernel data and fit of variant ``name`` (module doc)."""
     kind, _, arg = name.partition(":")
+    cfg = FT.FitConfig(epochs=epochs)
     if kind == "base":
-        return data, 0
+        return data, cfg
     if kind == "seed":
-        return data, int(arg)
+        return data, replace(cfg, seed=int(arg))
+    if kind == "groups":
+        return data, replace(cfg, group_power=float(arg))
     if kind == "drop":
         names = LF.names()
         unknown = [a for a in arg.split("+") if a not in names]
         if unknown:
             raise ValueError(f"no feature named {unknown}; features: {names}")
         keep = [i for i, n in enumerate(names) if n not in arg.split("+")]
-        return [replace(d, x=d.x[:, keep]) for d in data], 0
+        return [replace(d, x=d.x[:, keep]) for d in data], cfg
     if kind == "l2share":
         specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
-        return [dataset.retime_memory(d, specs[lab.gpu], float(arg)) for lab, d in zip(labels, data)], 0
+        return [dataset.retime_memory(d, specs[lab.gpu], float(arg)) for lab, d in zip(labels, data)], cfg
     if kind == "add" and arg in EXTRAS:
         specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
         return [replace(d, x=np.concatenate([d.x, EXTRAS[arg](d.x, specs[lab.gpu])], 1).astype(np.float32))
-                for lab, d in zip(labels, data)], 0
-    raise ValueError(f"unknown variant {name!r} (base, seed:N, drop:A+B, add:{'|'.join(EXTRAS)}, l2share:A)")
+                for lab, d in zip(labels, data)], cfg
+    raise ValueError(f"unknown variant {name!r} (base, seed:N, groups:P, drop:A+B, add:{'|'.join(EXTRAS)}, "
+                     "l2share:A)")
 
 
-def held_out(labels: list[Label], data: list[LabelData], gpu: str, seed: int, epochs: int
+def held_out(labels: list[Label], data: list[LabelData], gpu: str, cfg: FT.FitConfig
              ) -> dict[str, dict]:
     """Fit without ``gpu``'s labels; MAPE / median signed error on them, per mode."""
     y = np.array([lab.ms for lab in labels])
     groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
     test = np.array([lab.gpu == gpu for lab in labels])
     model = FT.fit([d for d, t in zip(data, test) if not t], y[~test],
-                   [g for g, t in zip(groups, test) if not t], FT.FitConfig(epochs=epochs, seed=seed))
+                   [g for g, t in zip(groups, test) if not t], cfg)
     pred = FT.predict(model, [d for d, t in zip(data, test) if t])
     modes = np.array([lab.mode for lab, t in zip(labels, test) if t])
     return {m: report.stats(pred[modes == m], y[test][modes == m]) for m in sorted(set(modes))}
@@ -113,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in tqdm(args.variants, desc="variants"):
         try:
-            vdata, seed = variant_data(name, labels, data)
+            vdata, cfg = variant_data(name, labels, data, args.epochs)
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
         for gpu in args.hold:
             rows.append({"variant": name, "held_out": gpu,
-                         **held_out(labels, vdata, gpu, seed, args.epochs)})
+                         **held_out(labels, vdata, gpu, cfg)})
             print(json.dumps(rows[-1]), flush=True)
     doc = {"command": "python -m training.gpulearned.ablate --cache DIR --hold " + " ".join(args.hold)
                       + " --variants " + " ".join(args.variants) + f" --epochs {args.epochs}",

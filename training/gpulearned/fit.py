@@ -2,8 +2,10 @@
 kernel data (:mod:`training.gpulearned.tables`), and cross-validation.
 
 Loss: the mean squared log error of the step time over labels, each label
-weighted so that every (source, GPU, mode) group counts the same in all
-(the large timm files would otherwise drown the few transformer runs).
+weighted by ``1 / n ** group_power`` where ``n`` is the labels of its
+(source, GPU, mode) group: at 1 every group counts the same in all (the
+large timm files would otherwise drown the few transformer runs), at 0
+every label does.
 Adam, full batch over labels in chunks, a fixed number of epochs, weight
 decay; seeds fixed.
 """
@@ -28,6 +30,8 @@ class FitConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-4
     seed: int = 0
+    #: exponent of the group weighting (module doc)
+    group_power: float = 1.0
     layer: LayerConfig = field(default_factory=LayerConfig)
 
 
@@ -53,10 +57,10 @@ def pack(data: Sequence[LabelData]) -> Packed:
                   torch.tensor([d.host_ms for d in data], dtype=torch.float64))
 
 
-def group_weights(groups: Sequence[str]) -> np.ndarray:
-    """1 / (labels in the label's group), normalised to mean 1."""
+def group_weights(groups: Sequence[str], power: float = 1.0) -> np.ndarray:
+    """1 / (labels in the label's group) ** ``power``, normalised to mean 1."""
     n = Counter(groups)
-    w = np.array([1.0 / n[g] for g in groups])
+    w = np.array([float(n[g]) ** -power for g in groups])
     return w / w.mean()
 
 
@@ -68,7 +72,7 @@ def fit(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str], cfg:
     mean, std = p.x.mean(0), p.x.std(0)
     model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std))
     y = torch.log(torch.tensor(y_ms, dtype=torch.float64))
-    w = torch.tensor(group_weights(groups), dtype=torch.float64)
+    w = torch.tensor(group_weights(groups, cfg.group_power), dtype=torch.float64)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     decay = [q for n, q in model.named_parameters() if "weight" in n]
     x = p.x
