@@ -3,8 +3,8 @@ from the public whole-model records, cross-validate it leave-one-GPU-out
 and with architecture families held out (against the kernel prior), and
 export it.
 
-    python -m training.gpulearned cv --cache DIR [--data DIR] [--epochs N]
-    python -m training.gpulearned export --cache DIR [--data DIR] [--epochs N]
+    python -m training.gpulearned cv --cache DIR [--data DIR] [--epochs N] [--group-power P]
+    python -m training.gpulearned export --cache DIR [--data DIR] [--epochs N] [--group-power P]
 
 ``cv`` writes ``reports/gpu-learned/{README.md,cv.json}``; ``export`` fits
 on every label and writes ``exported_models/_gpu_learned`` with the held-out
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="our own GPU records, measured by us (default data/gpu; absent: none)")
     ap.add_argument("--cache", type=Path, required=True, help="rebuilt ONNX models and the kernel-data cache")
     ap.add_argument("--epochs", type=int, default=FT.FitConfig.epochs)
+    ap.add_argument("--group-power", type=float, default=FT.FitConfig.group_power,
+                    help="labels weighted 1 / n ** P by their (source, GPU, mode) group's size n "
+                         f"(default {FT.FitConfig.group_power})")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--export", type=Path, default=EXPORT)
     args = ap.parse_args(argv)
@@ -62,14 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     y = np.array([lab.ms for lab in labels])
     groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
-    cfg = FT.FitConfig(epochs=args.epochs)
+    cfg = FT.FitConfig(epochs=args.epochs, group_power=args.group_power)
     if args.step == "cv":
         logo = FT.cross_validate(data, y, groups, [lab.gpu for lab in labels], cfg)
         fam = FT.cross_validate(data, y, groups, [family_fold(lab.group) for lab in labels], cfg)
         prior_ms = np.array([d.prior_ms for d in data])
         doc = report.write(args.out, labels, y, prior_ms, logo, fam, skipped, cfg,
                            command="python -m training.gpulearned cv --cache DIR "
-                                   f"--epochs {args.epochs}")
+                                   f"--epochs {args.epochs} --group-power {args.group_power:g}")
         print(json.dumps(doc["overall"], indent=1))
         return 0
     model = FT.fit(data, y, groups, cfg, progress=True)
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                                 else "; not measured by us"),
                "trained": {"labels": len(labels), "ours": ours, "sources": named,
                            "date": date.today().isoformat(), "epochs": args.epochs,
+                           "group_power": args.group_power,
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}

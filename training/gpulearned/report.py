@@ -111,8 +111,10 @@ def markdown(doc: dict[str, Any]) -> str:
              "operators) on the GPU's spec sheet, tensor-core kernels scaled to their peak. *learned*: every "
              "kernel's roofline on the spec sheet (its bytes from L2 where the L2 holds them, at an assumed 32 "
              "bytes per clock per SM; `perfseer_rt/gpu/learned_features.py`) times the learned layer's "
-             "correction, fitted on the other "
-             "labels: *GPU held out* fits without any label of that GPU (leave-one-GPU-out); *family held "
+             "correction, fitted on the other labels, each weighted 1 / n^"
+             f"{doc['fit'].get('group_power', 1.0):g} by the number n of labels of its (source, GPU, mode) "
+             "group (at 1 each group would count the same, at 0 each label): *GPU held out* fits "
+             "without any label of that GPU (leave-one-GPU-out); *family held "
              f"out* fits without the architecture family's labels ({FAMILY}). Both keep the same PyTorch-eager "
              "kernel model (fused attention from PyTorch 2.0, autocast dtypes, BatchNorm restored) and host "
              "time; cells give MAPE % (median signed error %).\n",

@@ -128,16 +128,29 @@ class Run:
     details: dict
 
 
+def _batch_and_rate(text: str, batch_re: str, rate_re: str, what: str, unit: str
+                    ) -> tuple[float, float] | None:
+    """(batch, samples per second) a log states (None where it states
+    either not: the run did not finish); a log of a rate <= 0 or a batch
+    < 1 is an error."""
+    batch, rate = _num(batch_re, text), _num(rate_re, text)
+    if batch is None or rate is None:
+        return None
+    if rate <= 0 or batch < 1:
+        raise LambdaLogError(f"{what} log with batch {batch:g} and {rate:g} {unit}")
+    return batch, rate
+
+
 def parse_resnet(text: str, amp: bool | None = None) -> Run | None:
     """A ResNet-50 log: ``batch_size`` and the first ``Summary`` line's
     ``train.compute_ips``; None without a summary (the run did not finish).
     ``amp``: what the task folder says (a log saying otherwise is an error)."""
-    ips = _num(r"Summary: train\.loss[^\n]*?train\.compute_ips : ([0-9.]+) images/s", text)
-    batch = _num(r"PARAMETER data [^\n]*? batch_size : (\d+)", text)
-    if ips is None or batch is None:
+    found = _batch_and_rate(text, r"PARAMETER data [^\n]*? batch_size : (\d+)",
+                            r"Summary: train\.loss[^\n]*?train\.compute_ips : ([0-9.]+) images/s",
+                            "resnet50", "images/s")
+    if found is None:
         return None
-    if ips <= 0 or batch < 1:
-        raise LambdaLogError(f"resnet50 log with batch {batch:g} and {ips:g} images/s")
+    batch, ips = found
     for key, want in (("data_backend", "synthetic"), ("memory_format", "nchw")):
         got = re.search(rf" {key} : (\S+)", text)
         if got is None or got.group(1) != want:
@@ -156,12 +169,11 @@ def parse_resnet(text: str, amp: bool | None = None) -> Run | None:
 def parse_bert(text: str, fp16: bool | None = None) -> Run | None:
     """A BERT SQuAD log: ``train_batch_size`` and ``training_sequences_per_second``.
     ``fp16``: what the task folder says (a log saying otherwise is an error)."""
-    sps = _num(r"training_sequences_per_second : ([0-9.]+)", text)
-    batch = _num(r"PARAMETER train_batch_size : (\d+)", text)
-    if sps is None or batch is None:
+    found = _batch_and_rate(text, r"PARAMETER train_batch_size : (\d+)",
+                            r"training_sequences_per_second : ([0-9.]+)", "BERT", "sequences/s")
+    if found is None:
         return None
-    if sps <= 0 or batch < 1:
-        raise LambdaLogError(f"BERT log with batch {batch:g} and {sps:g} sequences/s")
+    batch, sps = found
     seq = _num(r"max_seq_length[=:]\s*(\d+)", text)
     if seq != 384:
         raise LambdaLogError(f"BERT log with max_seq_length {seq} (expected 384)")
