@@ -45,8 +45,8 @@ def test_every_shipped_spec_sheet_is_a_device_and_old_names_still_work():
     assert registry.get_predictor(None).kind != "gpu"  # a GPU is used only when named
 
 
-@pytest.mark.parametrize("model_name", ["learned", "prior"])
-def test_both_gpu_models_answer_every_metric_with_units_and_meanings(tfm_path, model_name):
+@pytest.mark.parametrize("model_name", ["learned", "prior", "blend"])
+def test_every_gpu_model_answers_every_metric_with_units_and_meanings(tfm_path, model_name):
     (r,) = api.predict(tfm_path, batch=8, device="h100-sxm", model=model_name)
     assert r["predictor"]["model"] == model_name and r["predictor"]["runtime"] == "pytorch-eager"
     for name in ("latency_ms", "peak_mem_mb", "sm_util_pct", "energy_mj", "power_w"):
@@ -57,6 +57,21 @@ def test_both_gpu_models_answer_every_metric_with_units_and_meanings(tfm_path, m
     assert lat["value"] >= max(lat["gpu_busy_ms"], lat["host_ms"]) - 1e-3
     assert r["mig"]["profile"] and len(r["mig"]["profiles"]) == 6  # H100's MIG table
     assert isinstance(implementation(registry.get_predictor("h100-sxm"), model_name).predict, object)
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_the_blend_is_the_geometric_mean_of_learned_and_prior(tfm_path, mode):
+    """``--model blend``: the step and the host time are learned^(1-w) x
+    prior^w of the two models' own answers (w = BLEND_PRIOR_WEIGHT)."""
+    from perfseer_rt.gpu.predictor import BLEND_PRIOR_WEIGHT as W
+
+    metric = "step_ms" if mode == "train" else "latency_ms"
+    got = {m: api.predict(tfm_path, batch=16, device="a100-40gb-sxm", mode=mode, model=m)[0]["metrics"][metric]
+           for m in ("learned", "prior", "blend")}
+    assert got["learned"]["value"] != pytest.approx(got["prior"]["value"], rel=1e-3)
+    for key in ("value", "host_ms"):
+        want = got["learned"][key] ** (1 - W) * got["prior"][key] ** W
+        assert got["blend"][key] == pytest.approx(want, rel=1e-3)
 
 
 def test_a_faster_gpu_and_a_smaller_batch_are_faster(tfm_path):
@@ -161,10 +176,10 @@ def test_materialised_attention_writes_the_scores_and_costs_more(tfm_path):
     assert fits[1] <= fits[0]
 
 
-def test_each_mode_defaults_to_the_model_with_the_lower_held_out_error(tmp_path, monkeypatch, tfm_path):
-    """A GPU entry's default model per mode is the one of learned and prior
-    whose held-out (GPU held out) error in that mode is lower, as the learned
-    layer's record states it; a named model is always the one asked for."""
+def test_each_mode_defaults_to_the_model_with_the_lowest_held_out_error(tmp_path, monkeypatch, tfm_path):
+    """A GPU entry's default model per mode is the one of learned, prior and
+    blend whose held-out (GPU held out) error in that mode is lowest, as the
+    learned layer's record states it; a named model is always the one asked for."""
     import shutil
 
     src = registry.models_root()
@@ -187,6 +202,10 @@ def test_each_mode_defaults_to_the_model_with_the_lower_held_out_error(tmp_path,
     del doc["accuracy"]["by_mode"]  # a record without per-mode figures: one default for both
     (tmp_path / "_gpu_learned" / "learned.json").write_text(json.dumps(doc))
     assert registry.predictors()["l4"].default_model_for("train") == "learned"
+    doc["accuracy"]["by_mode"] = {"train": {"learned": {"mape": 30.0}, "prior": {"mape": 20.0},
+                                            "blend": {"mape": 15.0}}}
+    (tmp_path / "_gpu_learned" / "learned.json").write_text(json.dumps(doc))
+    assert registry.predictors()["l4"].default_model_for("train") == "blend"
 
 
 def test_cli_json_for_a_gpu_carries_the_request(tfm_path):

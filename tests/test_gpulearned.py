@@ -3,6 +3,7 @@
 layer extrapolation, the fit, the export round trip."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from perfseer_rt import extract  # noqa: E402
+from perfseer_rt.errors import DeviceError  # noqa: E402
 from perfseer_rt.gpu import learned as L  # noqa: E402
 from perfseer_rt.gpu import learned_features as LF  # noqa: E402
 from perfseer_rt.gpu import step  # noqa: E402
@@ -20,6 +22,7 @@ from perfseer_rt.gpu.spec_store import shipped_sheet  # noqa: E402
 from tests.gpu_models import transformer  # noqa: E402
 from training.gpulearned import fit as FT  # noqa: E402
 from training.gpulearned import labels as LB  # noqa: E402
+from training.gpulearned import tables as T  # noqa: E402
 from training.gpulearned.export import export  # noqa: E402
 from training.gpulearned.report import accuracy_block  # noqa: E402
 from training.gpulearned.tables import Label, extrapolate, label_data  # noqa: E402
@@ -82,21 +85,70 @@ def test_the_fit_recovers_a_known_correction_of_the_roofline(layer_files):
     assert float(torch.exp(model.log_host_scale)) == pytest.approx(0.5, rel=0.1)
 
 
-def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_files):
-    data = [label_data(_label(layer_files[k]), SPEC) for k in (1, 2)]
-    model = FT.fit(data, np.array([1.0, 2.0]), ["g", "g"], FT.FitConfig(epochs=5))
-    export(model, tmp_path, {"provenance": "test", "accuracy": None})
-    doc = json.loads((tmp_path / "learned.json").read_text())
-    assert doc["features"] == LF.names() and doc["format"] == L.FORMAT
-    layer = L.load_learned(str(tmp_path))
-    table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
-    ms = layer.kernel_ms(table, SPEC, "nchw", True)
+def _priced_by(model, table) -> np.ndarray:
+    """What ``model`` (a fitted StepModel) makes of ``table``'s kernels on SPEC."""
     x = torch.from_numpy(LF.features(table, SPEC, "nchw", True))
     t_c, t_m = LF.roofline_ms(table, SPEC)
     with torch.no_grad():
-        want = np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).double().numpy()) + \
+        return np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).double().numpy()) + \
             float(torch.exp(model.log_launch_ms)) * table["launches"]
-    assert ms == pytest.approx(want, rel=1e-4)
+
+
+def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_files):
+    data = [label_data(_label(layer_files[k]), SPEC) for k in (1, 2)]
+    model = FT.fit(data, np.array([1.0, 2.0]), ["g", "g"], FT.FitConfig(epochs=5))
+    export({"inference": model, "train": model}, tmp_path, {"provenance": "test", "accuracy": None})
+    doc = json.loads((tmp_path / "learned.json").read_text())
+    assert doc["features"] == LF.names() and doc["format"] == L.FORMAT
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == ["learned.onnx"]  # one model, one file
+    layer = L.load_learned(str(tmp_path))
+    table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
+    assert layer.kernel_ms(table, SPEC, "nchw", True) == pytest.approx(_priced_by(model, table), rel=1e-4)
+    assert layer.host_scale("train") == pytest.approx(float(torch.exp(model.log_host_scale)))
+
+
+def test_a_layer_per_mode_answers_each_mode_from_its_own_model(tmp_path, layer_files):
+    """Two fits (other group weighting) exported as a layer per mode: each
+    mode is priced by its own model and host scale, the single-model file
+    of an earlier export is removed, and a layer whose mode file is missing
+    is refused with a DeviceError."""
+    data = [label_data(_label(layer_files[k]), SPEC) for k in (1, 2)]
+    one = FT.fit(data, np.array([1.0, 2.0]), ["a", "b"], FT.FitConfig(epochs=5))
+    (tmp_path / "learned.onnx").write_bytes(b"stale")
+    two = FT.fit(data, np.array([3.0, 1.0]), ["a", "b"], FT.FitConfig(epochs=5, group_power=0.5))
+    export({"inference": one, "train": two}, tmp_path, {"provenance": "test", "accuracy": None})
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == ["learned-inference.onnx", "learned-train.onnx"]
+    layer = L.load_learned(str(tmp_path))
+    table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
+    inf, train = (layer.kernel_ms(table, SPEC, "nchw", True, mode) for mode in ("inference", "train"))
+    assert inf == pytest.approx(_priced_by(one, table), rel=1e-4)
+    assert train == pytest.approx(_priced_by(two, table), rel=1e-4)
+    assert not np.allclose(inf, train)
+    (tmp_path / "learned-train.onnx").unlink()
+    L.load_learned.cache_clear()
+    with pytest.raises(DeviceError, match="a layer file for each of inference, train"):
+        L.load_learned(str(tmp_path))
+
+
+def test_cross_validation_keeps_each_fold_and_a_rerun_reuses_it(tmp_path, layer_files, monkeypatch):
+    """With a fold store, a second run of the same folds and setting fits
+    nothing and returns the same predictions; another setting, or other
+    labels, is another fold."""
+    labels = [_label(layer_files[k], batch=b) for k in (1, 2) for b in (2, 64)]
+    data = [label_data(lab, SPEC) for lab in labels]
+    y, groups, folds = np.array([1.0, 2.0, 1.5, 3.0]), ["a", "a", "b", "b"], ["f0", "f1", "f0", "f1"]
+    ids = [T.label_id(lab) for lab in labels]
+    assert len(set(ids)) == len(ids)
+    cfg = FT.FitConfig(epochs=3)
+    first = FT.cross_validate(data, y, groups, folds, cfg, progress=False, store=tmp_path, ids=ids)
+    assert len(list(tmp_path.glob("*.npy"))) == 2
+    monkeypatch.setattr(FT, "fit", lambda *a, **k: pytest.fail("a kept fold was fitted again"))
+    again = FT.cross_validate(data, y, groups, folds, cfg, progress=False, store=tmp_path, ids=ids)
+    assert np.array_equal(first, again)
+    train, test = np.array([True, False, True, False]), np.array([False, True, False, True])
+    keys = {FT.fold_key(FT.FitConfig(epochs=3, group_power=p), ids, v, train, test)
+            for p, v in ((1.0, y), (0.5, y), (1.0, y * 2))}
+    assert len(keys) == 3
 
 
 def test_ablation_variants_change_only_what_they_name(layer_files):
@@ -196,3 +248,30 @@ def test_group_weights_follow_the_power_of_the_group_size():
         w = FT.group_weights(groups, power)
         assert w.mean() == pytest.approx(1.0)
         assert w[:9].sum() / w[9] == pytest.approx(9 ** (1 - power))
+
+
+def test_the_report_prices_the_blend_and_names_each_modes_default(tmp_path, layer_files):
+    """``report.write`` (a mechanism test on made-up predictions): the blend
+    column is learned^(1-w) x prior^w, each mode and model gets its own
+    interval, the record's by-mode block carries them, and the default per
+    mode is the model with the lowest MAPE with the GPU held out."""
+    from perfseer_rt.gpu.predictor import BLEND_PRIOR_WEIGHT as W
+    from training.gpulearned import report
+
+    base = _label(layer_files[1])
+    labels = [replace(base, mode=m, batch=b) for m in ("inference", "train") for b in (1, 2, 4, 8, 16)]
+    y = np.ones(10)
+    prior = np.array([1.3] * 5 + [0.8] * 5)
+    logo = np.array([1.05, 0.95, 1.1, 0.9, 1.0] + [1.3] * 5)  # inference: learned best; train: blend best
+    cfgs = {"inference": FT.FitConfig(group_power=0.5), "train": FT.FitConfig()}
+    doc = report.write(tmp_path, labels, y, prior, logo, logo, {}, cfgs, command="test")
+    assert doc["by_mode"]["train"]["blend_logo"]["mape"] == pytest.approx(
+        100 * abs(1.3 ** (1 - W) * 0.8 ** W - 1), abs=0.05)
+    assert report.default_models(doc) == {"inference": "learned", "train": "blend"}
+    acc = accuracy_block(doc)
+    assert set(acc["by_mode"]["train"]) == {"learned", "prior", "blend"}
+    lo, hi = acc["by_mode"]["inference"]["learned"]["log_q"]
+    assert lo < 0 < hi and acc["by_mode"]["train"]["prior"]["log_q"][0] > 0  # prior under-predicts train
+    md = (tmp_path / "README.md").read_text()
+    assert "inference answered by the one at P = 0.5, training steps by the one at P = 1" in md
+    assert "inference: learned, train: blend" in md

@@ -32,31 +32,36 @@ INFERENCE_METRICS = ({"name": "latency_ms", "unit": "ms"}, {"name": "peak_mem_mb
 MODELS = ({"name": "learned", "file": "_gpu_learned/learned.json",
            "description": "the kernel roofline corrected by the learned whole-model layer"},
           {"name": "prior", "file": "_gpu_prior/prior.json",
-           "description": "the NeuSight kernel prior alone (fp32 operator measurements by others)"})
+           "description": "the NeuSight kernel prior alone (fp32 operator measurements by others)"},
+          {"name": "blend", "file": "_gpu_learned/learned.json",
+           "description": "the geometric mean of learned and prior"})
 
 
 def held_out_accuracy(models_root: Path) -> dict[str, Any]:
     """The manifest's ``accuracy``, ``training_data`` and
     ``default_model_by_mode`` from the learned layer's record
     (``_gpu_learned/learned.json``): its held-out whole-model latency error
-    with the GPU held out, for both models (``prior``: the kernel prior on
+    with the GPU held out, for each model (``prior``: the kernel prior on
     the same labels), on public timings measured by others, and per mode
-    the model of the two with the lower such error (the default a
-    prediction in that mode takes); empty where the record has none."""
+    the model of :data:`MODELS` with the lowest such error (the default a
+    prediction in that mode takes; the first on a tie or where none is
+    recorded); empty where the record has none."""
     doc = json.loads((models_root / MODELS[0]["file"]).read_text())
     acc = doc.get("accuracy") or {}
     trained = doc.get("trained") or {}
-    logo, prior = acc.get("leave_one_gpu_out"), acc.get("prior")
+    logo = acc.get("leave_one_gpu_out")
     if not logo:
         return {}
-    by_mode = {mode: min(("learned", "prior"), key=lambda m: (b.get(m) or {}).get("mape", float("inf")))
+    names = [m["name"] for m in MODELS]
+    by_mode = {mode: min(names, key=lambda m: (b.get(m) or {}).get("mape", float("inf")))
                for mode, b in (acc.get("by_mode") or {}).items()}
     split = "whole-model timings measured by others, each GPU held out (reports/gpu-learned)"
     data = ", ".join(trained.get("sources") or ["public timm and NeuSight runs"])
 
     def block(a: dict[str, Any]) -> dict[str, Any]:
         return {"latency_ms": {"mape": a["mape"], "within_10": a["within_10"], "count": a["n"], "split": split}}
-    return {"accuracy": {"test": {"learned": block(logo), **({"prior": block(prior)} if prior else {})},
+    others = {m: block(acc[m]) for m in ("prior", "blend") if acc.get(m)}
+    return {"accuracy": {"test": {"learned": block(logo), **others},
                          "whole_model": {"mape": logo["mape"], "labels": logo["n"],
                                          "source": f"{data}, GPU held out"
                                          + (f"; architecture family held out {acc['family_held_out']['mape']} %"

@@ -8,9 +8,11 @@ PyTorch eager runs it (:mod:`perfseer_rt.gpu.step`), each kernel priced by
   (:mod:`perfseer_rt.gpu.learned`), trained on whole-model latencies
   measured by others;
 * :class:`PriorGpuPredictor` (model ``prior``): the NeuSight kernel prior
-  (:mod:`perfseer_rt.gpu.prior`), fitted on fp32 single operators.
+  (:mod:`perfseer_rt.gpu.prior`), fitted on fp32 single operators;
+* :class:`BlendGpuPredictor` (model ``blend``): the geometric mean of the
+  two (their errors on training steps run in opposite directions).
 
-Both answer the same metrics: latency (inference) or step time (training),
+All answer the same metrics: latency (inference) or step time (training),
 peak memory in parts, SM utilization, energy and average power
 (:mod:`perfseer_rt.gpu.resources`), per MIG slice too.
 """
@@ -41,6 +43,10 @@ from perfseer_rt.predict.registry import Predictor
 
 #: Prior's launch cost per kernel launch (ms): the GPU-side floor of a kernel.
 PRIOR_LAUNCH_MS = 0.003
+#: The blend's weight on the prior: ``ms = learned ** (1 - w) * prior ** w``,
+#: for the step and for each kernel and host part (equal weights, fixed
+#: before any comparison; the held-out report prices it the same way).
+BLEND_PRIOR_WEIGHT = 0.5
 
 
 @dataclass
@@ -74,22 +80,33 @@ class GpuPredictor:
         self.spec = self.sheet.to_gpu_spec()
 
     # -- pricing (the implementations differ here only) ----------------
-    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision,
+                  mode: str) -> np.ndarray:
+        """ms of every kernel of ``table`` on ``spec`` in ``mode`` (inference | train)."""
         raise NotImplementedError
 
-    def host_scale(self) -> float:
+    def host_scale(self, mode: str) -> float:
+        """Factor on the host dispatch time of a step in ``mode``."""
         return 1.0
 
     def accuracy(self) -> dict[str, Any] | None:
         """Held-out accuracy of this model (None: none recorded)."""
         return None
 
+    def interval_log_q(self, mode: str) -> list[float] | None:
+        """The 10th and 90th percentile of log(measured / predicted) of this
+        model in ``mode`` with the GPU held out (None: none recorded)."""
+        acc = self.accuracy() or {}
+        by_mode = ((acc.get("by_mode") or {}).get(mode) or {}).get(self.model_name) or {}
+        q = by_mode.get("log_q") or (acc.get("log_q") if self.model_name == "learned" else None)
+        return list(q) if q else None
+
     # -- the interface ---------------------------------------------------
     def run(self, graph: PerfGraph, cfg: step.StepConfig, spec: GpuSpec,
             table: KernelTable | None = None) -> Step:
         table = table if table is not None else step.kernels(graph, cfg)
-        kms = self.kernel_ms(table, spec, cfg.layout, cfg.precision)
-        host = step.host_ms(table, cfg.mode, self.host_scale())
+        kms = self.kernel_ms(table, spec, cfg.layout, cfg.precision, cfg.mode)
+        host = step.host_ms(table, cfg.mode, self.host_scale(cfg.mode))
         return Step(table, kms, host, step.total_ms(float(kms.sum()), float(host.sum())))
 
     def config(self, request: Request) -> step.StepConfig:
@@ -210,6 +227,7 @@ class GpuPredictor:
             by_phase[str(p)] = by_phase.get(str(p), 0.0) + float(ms)
         value = st.total_ms * factor
         acc = self.accuracy()
+        log_q = self.interval_log_q(cfg.mode)
         block: dict[str, Any] = {
             "value": round(value, 4), "unit": "ms", "interval": None, "coverage": None,
             "meaning": ("one training step (forward, cross-entropy loss, backward, optimizer update)"
@@ -222,8 +240,8 @@ class GpuPredictor:
             "kernels": int(round(st.table.launches)),
             "parts": {k: round(v, 4) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
             "phases": {k: round(v, 4) for k, v in by_phase.items()}}
-        if acc and acc.get("log_q"):
-            lo, hi = acc["log_q"]
+        if acc and log_q:
+            lo, hi = log_q
             block["interval"] = [round(value * float(np.exp(lo)), 4), round(value * float(np.exp(hi)), 4)]
             block["coverage"] = acc.get("coverage")
         return block
@@ -281,7 +299,8 @@ class PriorGpuPredictor(GpuPredictor):
     model_name = "prior"
     description = "NeuSight kernel prior (single fp32 operators measured by others)"
 
-    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision,
+                  mode: str) -> np.ndarray:
         prior = load_prior(str((self.pred.folder / "_gpu_prior").resolve()))
         return pricing.price(table, spec, prior, PRIOR_LAUNCH_MS)
 
@@ -306,11 +325,12 @@ class LearnedGpuPredictor(GpuPredictor):
         super().__init__(pred)
         self.layer = L.load_learned(str((pred.folder / "_gpu_learned").resolve()))
 
-    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision) -> np.ndarray:
-        return self.layer.kernel_ms(table, spec, layout, prec.half)
+    def kernel_ms(self, table: KernelTable, spec: GpuSpec, layout: str, prec: Precision,
+                  mode: str) -> np.ndarray:
+        return self.layer.kernel_ms(table, spec, layout, prec.half, mode)
 
-    def host_scale(self) -> float:
-        return self.layer.host_scale
+    def host_scale(self, mode: str) -> float:
+        return self.layer.host_scale(mode)
 
     def accuracy(self) -> dict[str, Any] | None:
         acc: dict[str, Any] | None = self.layer.doc.get("accuracy")
@@ -319,3 +339,45 @@ class LearnedGpuPredictor(GpuPredictor):
     def provenance(self) -> str:
         return str(self.layer.doc.get("provenance", ""))
 
+
+def blend(a: np.ndarray, b: np.ndarray, w: float = BLEND_PRIOR_WEIGHT) -> np.ndarray:
+    """``a ** (1 - w) * b ** w`` elementwise (ms; 0 where either is 0)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    out = np.zeros(np.broadcast(a, b).shape)
+    ok = (a > 0) & (b > 0)
+    out[ok] = np.exp((1.0 - w) * np.log(a[ok]) + w * np.log(b[ok]))
+    return out
+
+
+@register("gpu", "blend")
+class BlendGpuPredictor(GpuPredictor):
+    """The step, each kernel and each host part as the weighted geometric
+    mean (:data:`BLEND_PRIOR_WEIGHT`) of the learned layer's and the kernel
+    prior's."""
+
+    model_name = "blend"
+    description = ("geometric mean of the learned whole-model layer and the NeuSight kernel prior "
+                   "(both from measurements by others)")
+
+    def __init__(self, pred: Predictor) -> None:
+        super().__init__(pred)
+        self.learned = LearnedGpuPredictor(pred)
+        self.prior = PriorGpuPredictor(pred)
+
+    def run(self, graph: PerfGraph, cfg: step.StepConfig, spec: GpuSpec,
+            table: KernelTable | None = None) -> Step:
+        table = table if table is not None else step.kernels(graph, cfg)
+        a, b = self.learned.run(graph, cfg, spec, table), self.prior.run(graph, cfg, spec, table)
+        total = float(blend(np.array(a.total_ms), np.array(b.total_ms)))
+        return Step(table, blend(a.kernel_ms, b.kernel_ms), blend(a.host_ms, b.host_ms), total)
+
+    def accuracy(self) -> dict[str, Any] | None:
+        return self.learned.accuracy()
+
+    def provenance(self) -> str:
+        return f"{self.learned.provenance()}; and {self.prior.provenance()}"
+
+    def assumptions(self, cfg: step.StepConfig) -> list[str]:
+        return self.prior.assumptions(cfg) + [
+            f"the answer is learned^{1 - BLEND_PRIOR_WEIGHT:g} x prior^{BLEND_PRIOR_WEIGHT:g} "
+            "(step, kernels and host parts alike)"]

@@ -4,12 +4,17 @@ and with architecture families held out (against the kernel prior), and
 export it.
 
     python -m training.gpulearned cv --cache DIR [--data DIR] [--epochs N] [--group-power P]
+                                     [--train-group-power Q]
     python -m training.gpulearned export --cache DIR [--data DIR] [--epochs N] [--group-power P]
+                                         [--train-group-power Q]
 
-``cv`` writes ``reports/gpu-learned/{README.md,cv.json}``; ``export`` fits
-on every label and writes ``exported_models/_gpu_learned`` with the held-out
-accuracy of the last ``cv`` (its intervals come from the leave-one-GPU-out
-errors).
+``cv`` writes ``reports/gpu-learned/{README.md,cv.json}`` (each fold's
+predictions are kept under ``DIR/gpulearned/folds``: a cut-off run resumes);
+``export`` fits on every label and writes ``exported_models/_gpu_learned``
+with the held-out accuracy of the last ``cv`` (its intervals come from the
+leave-one-GPU-out errors). With ``--train-group-power`` other than
+``--group-power``, a layer per mode is fitted (both on every label) and each
+mode's answers come from its own.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from perfseer_rt.gpu.prior import load_prior
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned import dataset, report
 from training.gpulearned import fit as FT
+from training.gpulearned import tables as T
 from training.gpulearned.export import export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=FT.FitConfig.epochs)
     ap.add_argument("--group-power", type=float, default=FT.FitConfig.group_power,
                     help="labels weighted 1 / n ** P by their (source, GPU, mode) group's size n "
-                         f"(default {FT.FitConfig.group_power})")
+                         f"(default {FT.FitConfig.group_power}); the inference layer's")
+    ap.add_argument("--train-group-power", type=float, default=None,
+                    help="the training-step layer's P (default: --group-power, one layer for both modes)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--export", type=Path, default=EXPORT)
     args = ap.parse_args(argv)
@@ -65,17 +73,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     y = np.array([lab.ms for lab in labels])
     groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
-    cfg = FT.FitConfig(epochs=args.epochs, group_power=args.group_power)
+    train_power = args.group_power if args.train_group_power is None else args.train_group_power
+    cfgs = {"inference": FT.FitConfig(epochs=args.epochs, group_power=args.group_power),
+            "train": FT.FitConfig(epochs=args.epochs, group_power=train_power)}
+    powers = f"--group-power {args.group_power:g}" + (
+        f" --train-group-power {train_power:g}" if train_power != args.group_power else "")
     if args.step == "cv":
-        logo = FT.cross_validate(data, y, groups, [lab.gpu for lab in labels], cfg)
-        fam = FT.cross_validate(data, y, groups, [family_fold(lab.group) for lab in labels], cfg)
+        ids = [T.label_id(lab) for lab in labels]
+        store = args.cache / "gpulearned" / "folds"
+        splits = {"logo": [lab.gpu for lab in labels], "family": [family_fold(lab.group) for lab in labels]}
+        held: dict[str, np.ndarray] = {}
+        for name, folds in splits.items():
+            per_power = {p: FT.cross_validate(data, y, groups, folds, c, store=store, ids=ids)
+                         for p, c in _distinct(cfgs).items()}
+            held[name] = np.array([per_power[cfgs[lab.mode].group_power][i] for i, lab in enumerate(labels)])
         prior_ms = np.array([d.prior_ms for d in data])
-        doc = report.write(args.out, labels, y, prior_ms, logo, fam, skipped, cfg,
-                           command="python -m training.gpulearned cv --cache DIR "
-                                   f"--epochs {args.epochs} --group-power {args.group_power:g}")
+        doc = report.write(args.out, labels, y, prior_ms, held["logo"], held["family"], skipped, cfgs,
+                           command=f"python -m training.gpulearned cv --cache DIR --epochs {args.epochs} {powers}")
         print(json.dumps(doc["overall"], indent=1))
         return 0
-    model = FT.fit(data, y, groups, cfg, progress=True)
+    models = {p: FT.fit(data, y, groups, c, progress=True) for p, c in _distinct(cfgs).items()}
     cv = json.loads((args.out / "cv.json").read_text()) if (args.out / "cv.json").is_file() else None
     ours = sum(lab.source == "ours" for lab in labels)
     sources = {lab.source for lab in labels}
@@ -85,15 +102,24 @@ def main(argv: list[str] | None = None) -> int:
                                 else "; not measured by us"),
                "trained": {"labels": len(labels), "ours": ours, "sources": named,
                            "date": date.today().isoformat(), "epochs": args.epochs,
-                           "group_power": args.group_power,
+                           "group_power": {mode: c.group_power for mode, c in cfgs.items()},
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}
-    export(model, args.export, summary)
+    export({mode: models[c.group_power] for mode, c in cfgs.items()}, args.export, summary)
     atomic_write_bytes(args.out / "trained_on.json",
                        (json.dumps(summary["trained"], indent=1) + "\n").encode())
     print(f"wrote {args.export}")
     return 0
+
+
+def _distinct(cfgs: dict[str, FT.FitConfig]) -> dict[float, FT.FitConfig]:
+    """The modes' settings, one per group power (the only setting that
+    differs between modes): equal settings are fitted once."""
+    out: dict[float, FT.FitConfig] = {}
+    for c in cfgs.values():
+        out.setdefault(c.group_power, c)
+    return out
 
 
 if __name__ == "__main__":

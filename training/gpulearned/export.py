@@ -1,8 +1,9 @@
-"""Export a fitted learned layer for the runtime (:mod:`perfseer_rt.gpu.learned`):
-``learned.onnx`` (features ``float32[K, F]`` -> ``g`` ``float32[K]``) and
-``learned.json`` (format, feature version and names, launch cost, host
-scale, provenance, training summary, held-out accuracy), written
-atomically.
+"""Export fitted learned layers for the runtime (:mod:`perfseer_rt.gpu.learned`):
+one ONNX file per distinct fitted model (features ``float32[K, F]`` -> ``g``
+``float32[K]``; ``learned.onnx`` when both modes share one, else
+``learned-<mode>.onnx``) and ``learned.json`` (format, feature version and
+names, each mode's file, launch cost and host scale, provenance, training
+summary, held-out accuracy), written atomically.
 """
 
 from __future__ import annotations
@@ -32,12 +33,22 @@ def onnx_bytes(model: StepModel) -> bytes:
     return buf.getvalue()
 
 
-def export(model: StepModel, folder: Path, summary: dict[str, Any]) -> None:
-    """Write ``folder/learned.onnx`` and ``folder/learned.json``."""
+def export(models: dict[str, StepModel], folder: Path, summary: dict[str, Any]) -> None:
+    """Write each mode's layer of ``models`` (mode -> model; modes may share
+    one) and ``folder/learned.json``."""
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(folder / ONNX_FILE, onnx_bytes(model))
-    doc = {"format": L.FORMAT, "feature_version": LF.FEATURE_VERSION, "file": ONNX_FILE,
-           "features": LF.names(),
-           "launch_ms": float(torch.exp(model.log_launch_ms.detach())),
-           "host_scale": float(torch.exp(model.log_host_scale.detach())), **summary}
+    shared = len({id(m) for m in models.values()}) == 1
+    layers: dict[str, dict[str, Any]] = {}
+    for mode in L.MODES:
+        model = models[mode]
+        name = ONNX_FILE if shared else f"learned-{mode}.onnx"
+        if not any(e["file"] == name for e in layers.values()):
+            atomic_write_bytes(folder / name, onnx_bytes(model))
+        layers[mode] = {"file": name, "launch_ms": float(torch.exp(model.log_launch_ms.detach())),
+                        "host_scale": float(torch.exp(model.log_host_scale.detach()))}
+    for stale in folder.glob("learned*.onnx"):
+        if stale.name not in {e["file"] for e in layers.values()}:
+            stale.unlink()
+    doc = {"format": L.FORMAT, "feature_version": LF.FEATURE_VERSION, "features": LF.names(),
+           "layers": layers, **summary}
     atomic_write_bytes(folder / "learned.json", (json.dumps(doc, indent=1) + "\n").encode())

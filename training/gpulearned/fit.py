@@ -12,14 +12,19 @@ decay; seeds fixed.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned.model import KernelMLP, LayerConfig, StepModel
 from training.gpulearned.tables import LabelData
 
@@ -95,10 +100,26 @@ def predict(model: StepModel, data: Sequence[LabelData]) -> np.ndarray:
         return model.step_ms(p.x, p.roof, p.count, p.seg, p.launches, p.host).numpy()
 
 
+def fold_key(cfg: FitConfig, ids: Sequence[str], y_ms: np.ndarray, train: np.ndarray, test: np.ndarray) -> str:
+    """A fold's identity: the fit setting, and which labels (``ids``, with
+    their measured ms) it trains on and predicts."""
+    doc = {"cfg": asdict(cfg),
+           "train": sorted(f"{i}={v:.6g}" for i, v, t in zip(ids, y_ms, train) if t),
+           "test": [i for i, t in zip(ids, test) if t]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
 def cross_validate(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str],
-                   folds: Sequence[str], cfg: FitConfig, progress: bool = True) -> np.ndarray:
+                   folds: Sequence[str], cfg: FitConfig, progress: bool = True,
+                   store: Path | None = None, ids: Sequence[str] | None = None) -> np.ndarray:
     """Out-of-fold predictions: for each distinct value of ``folds``, fit on
-    the labels of the other values and predict that value's labels."""
+    the labels of the other values and predict that value's labels.
+
+    With ``store`` (and ``ids``, one stable name per label), each fold's
+    predictions are kept there under :func:`fold_key`, so a cut-off run
+    resumes and another run with the same fold reuses it."""
+    if store is not None and (ids is None or len(ids) != len(data)):
+        raise ValueError("a fold store needs one id per label")
     out = np.full(len(data), np.nan)
     keys = sorted(set(folds))
     for key in tqdm(keys, desc="folds", disable=not progress):
@@ -106,7 +127,16 @@ def cross_validate(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence
         train = ~test
         if not train.any():
             continue
+        path = store / f"{fold_key(cfg, ids, y_ms, train, test)}.npy" if store is not None and ids else None
+        if path is not None and path.is_file():
+            out[test] = np.load(path)
+            continue
         tr = [d for d, t in zip(data, train) if t]
         model = fit(tr, y_ms[train], [g for g, t in zip(groups, train) if t], cfg)
         out[test] = predict(model, [d for d, t in zip(data, test) if t])
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            np.save(buf, out[test])
+            atomic_write_bytes(path, buf.getvalue())
     return out

@@ -12,11 +12,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from perfseer_rt.gpu.predictor import BLEND_PRIOR_WEIGHT, blend
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned.tables import Label
 
 #: Share of held-out labels an interval is meant to hold.
 COVERAGE = 0.8
+#: The runtime's GPU models (``--model``) and the predictions standing for
+#: each with the GPU held out.
+MODELS = {"learned": "learned_logo", "prior": "prior", "blend": "blend_logo"}
 FAMILY = "the families hashed into five folds"
 
 
@@ -45,24 +49,33 @@ def accuracy_block(cv: dict[str, Any]) -> dict[str, Any]:
     ``accuracy``): overall leave-one-GPU-out and family-held-out MAPE, and
     the interval from the leave-one-GPU-out log errors."""
     o = cv["overall"]
-    by_mode = {mode: {"learned": b["learned_logo"], "prior": b["prior"]}
+    q = cv["interval"].get("by_mode") or {}
+    by_mode = {mode: {name: {**b[key], **({"log_q": q[mode][name]} if name in q.get(mode, {}) else {})}
+                      for name, key in MODELS.items() if key in b}
                for mode, b in (cv.get("by_mode") or {}).items()}
     return {"leave_one_gpu_out": o["learned_logo"], "family_held_out": o["learned_family"],
-            "prior": o["prior"], "by_mode": by_mode, "log_q": cv["interval"]["log_q"], "coverage": COVERAGE,
+            "prior": o["prior"], **({"blend": o["blend_logo"]} if "blend_logo" in o else {}),
+            "by_mode": by_mode, "log_q": cv["interval"]["log_q"], "coverage": COVERAGE,
             "meaning": "held-out whole-model error on public measurements by others "
                        "(reports/gpu-learned/README.md); interval: the 10th-90th percentile of "
                        "measured/predicted with the GPU held out"}
 
 
 def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, logo: np.ndarray,
-          fam: np.ndarray, skipped: dict[str, int], cfg: Any, command: str) -> dict[str, Any]:
-    preds = {"prior": prior, "learned_logo": logo, "learned_family": fam}
-    ok = np.isfinite(logo)
-    logq = np.quantile(np.log(y[ok] / logo[ok]), [(1 - COVERAGE) / 2, (1 + COVERAGE) / 2])
-    doc = {"command": command, "fit": asdict(cfg), "skipped": skipped,
+          fam: np.ndarray, skipped: dict[str, int], cfgs: dict[str, Any], command: str) -> dict[str, Any]:
+    """Write ``cv.json`` and ``README.md`` under ``out``; ``cfgs``: each
+    mode's fit setting (its labels' held-out predictions come from a layer
+    fitted so)."""
+    preds = {"prior": prior, "learned_logo": logo, "learned_family": fam,
+             "blend_logo": blend(logo, prior), "blend_family": blend(fam, prior)}
+    modes = sorted({lab.mode for lab in labels})
+    by_mode_q = {mode: {name: _log_q(preds[key], y, np.array([lab.mode == mode for lab in labels]))
+                        for name, key in MODELS.items()} for mode in modes}
+    doc = {"command": command, "fit": {mode: asdict(c) for mode, c in cfgs.items()}, "skipped": skipped,
            "ours": sum(lab.source == "ours" for lab in labels),
            "overall": {k: stats(p, y) for k, p in preds.items()},
-           "interval": {"coverage": COVERAGE, "log_q": [round(float(v), 4) for v in logq]},
+           "interval": {"coverage": COVERAGE, "log_q": _log_q(logo, y, np.ones(len(y), bool)),
+                        "by_mode": by_mode_q},
            "by_mode": breakdown(labels, y, preds, lambda lab: lab.mode),
            "by_source_mode_precision": breakdown(labels, y, preds,
                                                  lambda lab: f"{lab.source} {lab.mode} {lab.precision}"),
@@ -80,15 +93,45 @@ def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, 
     return doc
 
 
+def _log_q(pred: np.ndarray, y: np.ndarray, sel: np.ndarray) -> list[float]:
+    """The central :data:`COVERAGE` range of log(measured / predicted) over ``sel``."""
+    ok = sel & np.isfinite(pred) & (pred > 0)
+    q = np.quantile(np.log(y[ok] / pred[ok]), [(1 - COVERAGE) / 2, (1 + COVERAGE) / 2])
+    return [round(float(v), 4) for v in q]
+
+
+def _powers(fit: dict[str, Any]) -> str:
+    """How the report's fit setting weighted the labels, in words."""
+    powers = {mode: c.get("group_power", 1.0) for mode, c in fit.items()} if "inference" in fit else {
+        "inference": fit.get("group_power", 1.0), "train": fit.get("group_power", 1.0)}
+    if len(set(powers.values())) == 1:
+        return f"P = {powers['inference']:g}, one layer for both modes"
+    return ("a layer per mode, both fitted on every label: inference answered by the one at P = "
+            f"{powers['inference']:g}, training steps by the one at P = {powers['train']:g}")
+
+
+def _cell(s: dict[str, Any]) -> str:
+    return f"{s.get('mape', '-')} ({s.get('median', '-')})" if s.get("n") else "-"
+
+
 def _table(title: str, block: dict[str, dict[str, Any]]) -> list[str]:
     lines = [f"\n### {title}\n", "| group | labels | prior MAPE | learned, GPU held out | "
-             "learned, family held out | within 20 % (GPU held out) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+             "learned, family held out | blend, GPU held out | blend, family held out | "
+             "within 20 % (learned, GPU held out) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, v in block.items():
-        p, a, b = v["prior"], v["learned_logo"], v["learned_family"]
-        lines.append(f"| {k} | {a.get('n', 0)} | {p.get('mape', '-')} | {a.get('mape', '-')} "
-                     f"({a.get('median', '-')}) | {b.get('mape', '-')} ({b.get('median', '-')}) | "
+        p, a = v["prior"], v["learned_logo"]
+        lines.append(f"| {k} | {a.get('n', 0)} | {p.get('mape', '-')} | {_cell(a)} | {_cell(v['learned_family'])} | "
+                     f"{_cell(v.get('blend_logo', {}))} | {_cell(v.get('blend_family', {}))} | "
                      f"{a.get('within_20', '-')} |")
     return lines
+
+
+def default_models(doc: dict[str, Any]) -> dict[str, str]:
+    """Per mode, the model a prediction takes by default: the lowest MAPE
+    with the GPU held out (``perfseer_rt.gpu.entries.held_out_accuracy``
+    reads the same figures from the exported record)."""
+    return {mode: min(MODELS, key=lambda m: b.get(MODELS[m], {}).get("mape", float("inf")))
+            for mode, b in doc.get("by_mode", {}).items()}
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -111,25 +154,31 @@ def markdown(doc: dict[str, Any]) -> str:
              "operators) on the GPU's spec sheet, tensor-core kernels scaled to their peak. *learned*: every "
              "kernel's roofline on the spec sheet (its bytes from L2 where the L2 holds them, at an assumed 32 "
              "bytes per clock per SM; `perfseer_rt/gpu/learned_features.py`) times the learned layer's "
-             "correction, fitted on the other labels, each weighted 1 / n^"
-             f"{doc['fit'].get('group_power', 1.0):g} by the number n of labels of its (source, GPU, mode) "
-             "group (at 1 each group would count the same, at 0 each label): *GPU held out* fits "
+             "correction, fitted on the other labels, each weighted 1 / n^P by the number n of labels of its "
+             "(source, GPU, mode) group (at P = 1 each group counts the same, at 0 each label): "
+             + _powers(doc["fit"]) + ". *GPU held out* fits "
              "without any label of that GPU (leave-one-GPU-out); *family held "
-             f"out* fits without the architecture family's labels ({FAMILY}). Both keep the same PyTorch-eager "
+             f"out* fits without the architecture family's labels ({FAMILY}). *blend*: learned^"
+             f"{1 - BLEND_PRIOR_WEIGHT:g} x prior^{BLEND_PRIOR_WEIGHT:g} (`--model blend`; the weight fixed "
+             "beforehand, equal). All keep the same PyTorch-eager "
              "kernel model (fused attention from PyTorch 2.0, autocast dtypes, BatchNorm restored) and host "
              "time; cells give MAPE % (median signed error %).\n",
              "| | labels | MAPE % | median % | within 10 % | within 20 % |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, title in (("prior", "prior"), ("learned_logo", "learned, GPU held out"),
-                        ("learned_family", "learned, family held out")):
+                        ("learned_family", "learned, family held out"), ("blend_logo", "blend, GPU held out"),
+                        ("blend_family", "blend, family held out")):
+        if name not in o:
+            continue
         s = o[name]
         lines.append(f"| {title} | {s['n']} | {s['mape']} | {s['median']} | {s['within_10']} | {s['within_20']} |")
     lines.append(f"\nInterval shipped with the layer: {int(100 * COVERAGE)} % of held-out labels (GPU held out) "
                  f"within x{np.exp(doc['interval']['log_q'][0]):.2f} .. x{np.exp(doc['interval']['log_q'][1]):.2f} "
                  "of the prediction.\n")
     if "by_mode" in doc:
-        lines += _table("By mode (the GPU entries' default model per mode is the lower of prior and "
-                        "learned, GPU held out)", doc["by_mode"])
+        chosen = ", ".join(f"{mode}: {m}" for mode, m in default_models(doc).items())
+        lines += _table("By mode (the GPU entries' default model per mode is the one of prior, learned and "
+                        f"blend with the lowest MAPE with the GPU held out: {chosen})", doc["by_mode"])
     lines += _table("By source, mode and precision", doc["by_source_mode_precision"])
     lines += _table("By GPU", doc["by_gpu"])
     lines += _table("By kind of architecture", doc["by_kind"])

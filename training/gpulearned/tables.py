@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,14 @@ class Label:
     kind: str                 #: coarse kind (cnn, vit, ...)
     source: str               #: who measured it (provenance key)
     dims: tuple[tuple[str, int], ...] = ()
+
+
+def label_id(label: Label) -> str:
+    """A label's stable name (the same on another machine and cache folder):
+    who measured what model, batch, GPU, precision, layout, mode and update."""
+    dims = ",".join(f"{k}={v}" for k, v in label.dims)
+    return (f"{label.source}|{Path(label.onnx).name}|{label.batch}|{label.gpu}|{label.precision}|"
+            f"{label.layout}|{label.mode}|{label.optimizer}|{int(label.sdpa)}|{dims}")
 
 
 @dataclass
