@@ -1,7 +1,7 @@
 """The shipped GPU predictors against one public source's labels, as a user
 would ask them: ``perfseer_rt.predict.predict`` on the whole structure-only
 model (every layer), the label's GPU, precision, layout, mode and optimizer;
-the learned layer and the kernel prior side by side.
+the learned layer, the kernel prior and their blend side by side.
 
 Run it on a source the shipped layer was not trained on (its
 ``learned.json`` names the sources it saw) and it is a held-out check of the
@@ -33,7 +33,7 @@ from training.gpulearned import labels as LB
 from training.gpulearned import report
 from training.gpulearned.tables import Label
 
-PREDICTORS = ("learned", "prior")
+PREDICTORS = ("learned", "prior", "blend")
 
 
 def full_model(model: LB.LayeredModel, mode: str, cache: Path) -> str:
