@@ -155,8 +155,8 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     """``training.gpulearned.ablate``: ``drop`` removes exactly the named
     columns, ``add:clock`` appends the GPU's log2 boost clock (GHz) as one
     column, ``l2share:A`` recomputes the memory roofline, ``seed:N`` and
-    ``groups:P`` keep the data and change only the fit; an unknown feature
-    is refused."""
+    ``groups:P`` keep the data and change only the fit, ``A,B`` applies
+    both; an unknown feature is refused."""
     from training.gpulearned import ablate, dataset
 
     lab = _label(layer_files[1])
@@ -176,6 +176,8 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     assert cfg.seed == 3 and same is data
     same, cfg = ablate.variant_data("groups:0.5", [lab], data, 7)
     assert cfg.group_power == 0.5 and cfg.seed == 0 and same is data
+    both, cfg = ablate.variant_data("groups:0.5,drop:log10_tc_us+log10_tm_us", [lab], data, 7)
+    assert cfg.group_power == 0.5 and np.array_equal(both[0].x, dropped[0].x)
     with pytest.raises(ValueError, match="no feature named"):
         ablate.variant_data("drop:not_a_feature", [lab], data, 7)
 

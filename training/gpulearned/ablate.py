@@ -15,6 +15,7 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
   input the shipped layer does not have;
 * ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
   ``min(1, L2 / bytes)``.
+* ``A,B``: variant ``A``, then ``B`` on its result (``groups:0.5,drop:log2_bytes_over_l2``);
 * ``groups:P``: labels weighted ``1 / n ** P`` by the size ``n`` of their
   (source, GPU, mode) group (:class:`training.gpulearned.fit.FitConfig`'s
   ``group_power``; the shipped fit: 1, every group the same);
@@ -67,9 +68,17 @@ EXTRAS: dict[str, Extra] = {"clock": _clock, "l2fit": _l2fit}
 
 def variant_data(name: str, labels: list[Label], data: list[LabelData],
                  epochs: int) -> tuple[list[LabelData], FT.FitConfig]:
-    """The kernel data and fit of variant ``name`` (module doc)."""
-    kind, _, arg = name.partition(":")
+    """The kernel data and fit of variant ``name`` (module doc); variants
+    joined by ``,`` apply one after the other (``groups:0.5,drop:A``)."""
     cfg = FT.FitConfig(epochs=epochs)
+    for part in name.split(","):
+        data, cfg = _one_variant(part, labels, data, cfg)
+    return data, cfg
+
+
+def _one_variant(name: str, labels: list[Label], data: list[LabelData],
+                 cfg: FT.FitConfig) -> tuple[list[LabelData], FT.FitConfig]:
+    kind, _, arg = name.partition(":")
     if kind == "base":
         return data, cfg
     if kind == "seed":
