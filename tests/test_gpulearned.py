@@ -23,6 +23,7 @@ from tests.gpu_models import transformer  # noqa: E402
 from training.gpulearned import fit as FT  # noqa: E402
 from training.gpulearned import labels as LB  # noqa: E402
 from training.gpulearned import tables as T  # noqa: E402
+from training.gpulearned.__main__ import main as gl_main  # noqa: E402
 from training.gpulearned.export import export  # noqa: E402
 from training.gpulearned.report import accuracy_block  # noqa: E402
 from training.gpulearned.tables import Label, extrapolate, label_data  # noqa: E402
@@ -87,7 +88,7 @@ def test_the_fit_recovers_a_known_correction_of_the_roofline(layer_files):
 
 def _priced_by(model, table) -> np.ndarray:
     """What ``model`` (a fitted StepModel) makes of ``table``'s kernels on SPEC."""
-    x = torch.from_numpy(LF.features(table, SPEC, "nchw", True))
+    x = torch.from_numpy(np.ascontiguousarray(LF.features(table, SPEC, "nchw", True)[:, model.columns]))
     t_c, t_m = LF.roofline_ms(table, SPEC)
     with torch.no_grad():
         return np.maximum(np.maximum(t_c, t_m), 1e-6) * np.exp(model.mlp(x).double().numpy()) + \
@@ -105,6 +106,38 @@ def test_the_exported_layer_prices_kernels_as_the_fitted_one(tmp_path, layer_fil
     table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
     assert layer.kernel_ms(table, SPEC, "nchw", True) == pytest.approx(_priced_by(model, table), rel=1e-4)
     assert layer.host_scale("train") == pytest.approx(float(torch.exp(model.log_host_scale)))
+
+
+def test_a_layer_fitted_without_a_feature_reads_only_the_others(tmp_path, layer_files):
+    """``FitConfig.drop``: the fit, its export and the runtime leave the
+    named column out (``learned.json`` names what the files read); a layer
+    naming a feature this version does not compute is refused."""
+    data = [label_data(_label(layer_files[k]), SPEC) for k in (1, 2)]
+    cfg = FT.FitConfig(epochs=5, drop=("log2_bytes_over_l2",))
+    model = FT.fit(data, np.array([1.0, 2.0]), ["g", "g"], cfg)
+    assert model.mlp.net[0].in_features == len(LF.names()) - 1
+    export({"inference": model, "train": model}, tmp_path, {"provenance": "test", "accuracy": None})
+    doc = json.loads((tmp_path / "learned.json").read_text())
+    assert doc["features"] == [n for n in LF.names() if n != "log2_bytes_over_l2"]
+    layer = L.load_learned(str(tmp_path))
+    table = step.kernels(extract(str(layer_files[2]), batch=4), step.StepConfig(get_precision("amp-fp16")))
+    assert layer.kernel_ms(table, SPEC, "nchw", True) == pytest.approx(_priced_by(model, table), rel=1e-4)
+    doc["features"][0] = "not_a_feature"
+    (tmp_path / "learned.json").write_text(json.dumps(doc))
+    L.load_learned.cache_clear()
+    with pytest.raises(DeviceError, match="'features' must name columns"):
+        L.load_learned(str(tmp_path))
+    L.load_learned.cache_clear()
+    with pytest.raises(ValueError, match="no feature named nope"):
+        FT.fit(data, np.array([1.0, 2.0]), ["g", "g"], FT.FitConfig(epochs=1, drop=("nope",)))
+
+
+def test_cv_refuses_an_unknown_drop_before_reading_any_data(tmp_path, capsys):
+    """``--drop`` is checked first: one line and exit 2, nothing built."""
+    assert gl_main(["cv", "--cache", str(tmp_path / "cache"), "--drop", "log2_m+nope",
+                    "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: --drop: no feature named nope;")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 
 
 def test_a_layer_per_mode_answers_each_mode_from_its_own_model(tmp_path, layer_files):
@@ -164,7 +197,9 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     names = LF.names()
     dropped, cfg = ablate.variant_data("drop:log10_tc_us+log10_tm_us", [lab], data, 7)
     keep = [i for i, n in enumerate(names) if n not in ("log10_tc_us", "log10_tm_us")]
-    assert cfg == FT.FitConfig(epochs=7) and np.array_equal(dropped[0].x, data[0].x[:, keep])
+    assert cfg == FT.FitConfig(epochs=7, drop=("log10_tc_us", "log10_tm_us")) and dropped is data
+    assert FT.columns(cfg, len(names)) == keep
+    assert FT.columns(cfg, len(names) + 1) == keep + [len(names)]  # an added column is kept
     added, _ = ablate.variant_data("add:clock", [lab], data, 7)
     assert added[0].x.shape[1] == len(names) + 1
     assert np.allclose(added[0].x[:, -1], np.log2(SPEC.clock_mhz / 1000.0))
@@ -177,7 +212,7 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     same, cfg = ablate.variant_data("groups:0.5", [lab], data, 7)
     assert cfg.group_power == 0.5 and cfg.seed == 0 and same is data
     both, cfg = ablate.variant_data("groups:0.5,drop:log10_tc_us+log10_tm_us", [lab], data, 7)
-    assert cfg.group_power == 0.5 and np.array_equal(both[0].x, dropped[0].x)
+    assert cfg.group_power == 0.5 and cfg.drop == ("log10_tc_us", "log10_tm_us") and both is data
     with pytest.raises(ValueError, match="no feature named"):
         ablate.variant_data("drop:not_a_feature", [lab], data, 7)
 

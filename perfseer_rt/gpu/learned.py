@@ -3,7 +3,7 @@ for each mode (``inference``, ``train``) an ONNX file maps each kernel's
 features (:mod:`perfseer_rt.gpu.learned_features`) to ``g = log(kernel ms /
 roofline ms)``; ``learned.json`` names each mode's file with its launch cost
 (ms per launch) and host scale (both modes may share one file), and holds
-the feature names and the layer's training summary and held-out accuracy.
+the names of the features it reads (a subset of them, in order) and the layer's training summary and held-out accuracy.
 Trained by ``python -m training.gpulearned`` on whole-model latencies
 measured by others.
 """
@@ -34,6 +34,9 @@ class LearnedLayer:
 
     folder: Path
     doc: dict[str, Any]
+    #: the columns of :func:`perfseer_rt.gpu.learned_features.features` the
+    #: layer files read (``doc["features"]``, by name), in order
+    columns: tuple[int, ...]
 
     def entry(self, mode: str) -> dict[str, Any]:
         """``mode``'s file, launch cost (ms per launch) and host scale."""
@@ -54,7 +57,7 @@ class LearnedLayer:
         roofline times ``exp(g)`` plus the launch cost of its launches."""
         if not len(table):
             return np.zeros(0)
-        x = LF.features(table, spec, layout, half)
+        x = np.ascontiguousarray(LF.features(table, spec, layout, half)[:, self.columns])
         g = _session(str(self.folder / self.entry(mode)["file"])).run(None, {"features": x})[0]
         t_c, t_m = LF.roofline_ms(table, spec)
         roof = np.maximum(np.maximum(t_c, t_m), 1e-6)
@@ -90,4 +93,9 @@ def load_learned(folder: str) -> LearnedLayer:
                                            .is_file() for m in MODES):
         raise DeviceError(f"{path}: expected a layer file for each of {', '.join(MODES)}; "
                           "run `python -m training.gpulearned export`")
-    return LearnedLayer(Path(folder), doc)
+    names = LF.names()
+    features = doc.get("features")
+    if not isinstance(features, list) or not features or any(f not in names for f in features):
+        raise DeviceError(f"{path}: 'features' must name columns of {LF.FEATURE_VERSION!r} "
+                          f"({', '.join(names)}); got {features!r}")
+    return LearnedLayer(Path(folder), doc, tuple(names.index(f) for f in features))

@@ -4,9 +4,9 @@ and with architecture families held out (against the kernel prior), and
 export it.
 
     python -m training.gpulearned cv --cache DIR [--data DIR] [--epochs N] [--group-power P]
-                                     [--train-group-power Q]
+                                     [--train-group-power Q] [--drop NAME[+NAME]]
     python -m training.gpulearned export --cache DIR [--data DIR] [--epochs N] [--group-power P]
-                                         [--train-group-power Q]
+                                         [--train-group-power Q] [--drop NAME[+NAME]]
 
 ``cv`` writes ``reports/gpu-learned/{README.md,cv.json}`` (each fold's
 predictions are kept under ``DIR/gpulearned/folds``: a cut-off run resumes);
@@ -14,7 +14,9 @@ predictions are kept under ``DIR/gpulearned/folds``: a cut-off run resumes);
 with the held-out accuracy of the last ``cv`` (its intervals come from the
 leave-one-GPU-out errors). With ``--train-group-power`` other than
 ``--group-power``, a layer per mode is fitted (both on every label) and each
-mode's answers come from its own.
+mode's answers come from its own. ``--drop`` leaves the named kernel
+features out of both modes' layers (the exported ``learned.json`` names the
+columns its layers read).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfseer_rt.gpu import learned_features as LF
 from perfseer_rt.gpu.prior import load_prior
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned import dataset, report
@@ -63,9 +66,24 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {FT.FitConfig.group_power}); the inference layer's")
     ap.add_argument("--train-group-power", type=float, default=None,
                     help="the training-step layer's P (default: --group-power, one layer for both modes)")
+    ap.add_argument("--drop", default="",
+                    help="kernel features the layers do not see, joined by '+' "
+                         "(names of perfseer_rt.gpu.learned_features.names())")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--export", type=Path, default=EXPORT)
     args = ap.parse_args(argv)
+    train_power = args.group_power if args.train_group_power is None else args.train_group_power
+    drop = tuple(d for d in args.drop.split("+") if d)
+    cfgs = {"inference": FT.FitConfig(epochs=args.epochs, group_power=args.group_power, drop=drop),
+            "train": FT.FitConfig(epochs=args.epochs, group_power=train_power, drop=drop)}
+    try:
+        FT.columns(cfgs["inference"], len(LF.names()))
+    except ValueError as exc:
+        print(f"error: --drop: {exc}", file=sys.stderr)
+        return 2
+    powers = f"--group-power {args.group_power:g}" + (
+        f" --train-group-power {train_power:g}" if train_power != args.group_power else "") + (
+        f" --drop {'+'.join(drop)}" if drop else "")
     prior = load_prior(str(REPO / "exported_models" / "_gpu_prior"))
     labels, data, skipped = dataset.build(args.data, args.cache, prior, ours=args.ours)
     if not labels:
@@ -73,11 +91,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     y = np.array([lab.ms for lab in labels])
     groups = [f"{lab.source}/{lab.gpu}/{lab.mode}" for lab in labels]
-    train_power = args.group_power if args.train_group_power is None else args.train_group_power
-    cfgs = {"inference": FT.FitConfig(epochs=args.epochs, group_power=args.group_power),
-            "train": FT.FitConfig(epochs=args.epochs, group_power=train_power)}
-    powers = f"--group-power {args.group_power:g}" + (
-        f" --train-group-power {train_power:g}" if train_power != args.group_power else "")
     if args.step == "cv":
         ids = [T.label_id(lab) for lab in labels]
         store = args.cache / "gpulearned" / "folds"
@@ -103,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                "trained": {"labels": len(labels), "ours": ours, "sources": named,
                            "date": date.today().isoformat(), "epochs": args.epochs,
                            "group_power": {mode: c.group_power for mode, c in cfgs.items()},
+                           "dropped_features": list(drop),
                            "gpus": sorted({lab.gpu for lab in labels}),
                            "families": len({lab.group for lab in labels})},
                "accuracy": report.accuracy_block(cv) if cv else None}

@@ -10,7 +10,8 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
 * ``base``: the shipped features and fit (seed 0);
 * ``seed:N``: the same with seed ``N`` (the spread of the fit itself);
 * ``drop:A+B``: without the named feature columns
-  (:func:`perfseer_rt.gpu.learned_features.names`);
+  (:func:`perfseer_rt.gpu.learned_features.names`; ``FitConfig.drop``, as
+  ``--drop`` of ``cv`` and ``export``);
 * ``add:clock``: plus log2 of the GPU's boost clock (GHz), a device-level
   input the shipped layer does not have;
 * ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
@@ -86,12 +87,9 @@ def _one_variant(name: str, labels: list[Label], data: list[LabelData],
     if kind == "groups":
         return data, replace(cfg, group_power=float(arg))
     if kind == "drop":
-        names = LF.names()
-        unknown = [a for a in arg.split("+") if a not in names]
-        if unknown:
-            raise ValueError(f"no feature named {unknown}; features: {names}")
-        keep = [i for i, n in enumerate(names) if n not in arg.split("+")]
-        return [replace(d, x=d.x[:, keep]) for d in data], cfg
+        cfg = replace(cfg, drop=cfg.drop + tuple(arg.split("+")))
+        FT.columns(cfg, len(LF.names()))  # refuses an unknown name
+        return data, cfg
     if kind == "l2share":
         specs = {g: shipped_sheet(g).to_gpu_spec() for g in {lab.gpu for lab in labels}}
         return [dataset.retime_memory(d, specs[lab.gpu], float(arg)) for lab, d in zip(labels, data)], cfg

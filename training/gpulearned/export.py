@@ -2,7 +2,7 @@
 one ONNX file per distinct fitted model (features ``float32[K, F]`` -> ``g``
 ``float32[K]``; ``learned.onnx`` when both modes share one, else
 ``learned-<mode>.onnx``) and ``learned.json`` (format, feature version and
-names, each mode's file, launch cost and host scale, provenance, training
+names the layers read (in column order), each mode's file, launch cost and host scale, provenance, training
 summary, held-out accuracy), written atomically.
 """
 
@@ -27,7 +27,7 @@ def onnx_bytes(model: StepModel) -> bytes:
     """The kernel MLP as ONNX (float32, dynamic kernel count)."""
     mlp = model.mlp.eval()
     buf = io.BytesIO()
-    x = torch.zeros(4, len(LF.names()))
+    x = torch.zeros(4, len(model.columns))
     torch.onnx.export(mlp, (x,), buf, dynamo=False, opset_version=17, input_names=["features"],  # type: ignore[arg-type]
                       output_names=["g"], dynamic_axes={"features": {0: "k"}, "g": {0: "k"}})
     return buf.getvalue()
@@ -36,6 +36,11 @@ def onnx_bytes(model: StepModel) -> bytes:
 def export(models: dict[str, StepModel], folder: Path, summary: dict[str, Any]) -> None:
     """Write each mode's layer of ``models`` (mode -> model; modes may share
     one) and ``folder/learned.json``."""
+    inputs = {tuple(m.columns) for m in models.values()}
+    if len(inputs) != 1 or max(next(iter(inputs))) >= len(LF.names()):
+        raise ValueError("the modes' layers must read the same named feature columns")
+    names = LF.names()
+    features = [names[i] for i in next(iter(inputs))]
     folder.mkdir(parents=True, exist_ok=True)
     shared = len({id(m) for m in models.values()}) == 1
     layers: dict[str, dict[str, Any]] = {}
@@ -49,6 +54,6 @@ def export(models: dict[str, StepModel], folder: Path, summary: dict[str, Any]) 
     for stale in folder.glob("learned*.onnx"):
         if stale.name not in {e["file"] for e in layers.values()}:
             stale.unlink()
-    doc = {"format": L.FORMAT, "feature_version": LF.FEATURE_VERSION, "features": LF.names(),
+    doc = {"format": L.FORMAT, "feature_version": LF.FEATURE_VERSION, "features": features,
            "layers": layers, **summary}
     atomic_write_bytes(folder / "learned.json", (json.dumps(doc, indent=1) + "\n").encode())

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from perfseer_rt.gpu import learned_features as LF
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned.model import KernelMLP, LayerConfig, StepModel
 from training.gpulearned.tables import LabelData
@@ -38,6 +39,24 @@ class FitConfig:
     #: exponent of the group weighting (module doc)
     group_power: float = 1.0
     layer: LayerConfig = field(default_factory=LayerConfig)
+    #: feature columns the layer does not see (names of
+    #: :func:`perfseer_rt.gpu.learned_features.names`)
+    drop: tuple[str, ...] = ()
+
+
+def columns(cfg: FitConfig, width: int) -> list[int]:
+    """Indices of the columns a fit with ``cfg`` reads from kernel data
+    ``width`` columns wide: the named features less ``cfg.drop``, and any
+    columns past the named ones (an ablation's extras).
+
+    Raises:
+        ValueError: ``cfg.drop`` names no feature.
+    """
+    names = LF.names()
+    unknown = [d for d in cfg.drop if d not in names]
+    if unknown:
+        raise ValueError(f"no feature named {', '.join(unknown)}; features: {', '.join(names)}")
+    return [i for i, n in enumerate(names) if n not in cfg.drop] + list(range(len(names), width))
 
 
 @dataclass
@@ -50,11 +69,12 @@ class Packed:
     host: torch.Tensor
 
 
-def pack(data: Sequence[LabelData]) -> Packed:
+def pack(data: Sequence[LabelData], cols: Sequence[int] | None = None) -> Packed:
     """The labels' kernel data as one set of tensors (``seg``: label index
-    of each kernel row)."""
+    of each kernel row; ``cols``: the feature columns kept, default all)."""
     seg = np.concatenate([np.full(len(d.roof), i) for i, d in enumerate(data)])
-    return Packed(torch.from_numpy(np.concatenate([d.x for d in data])).float(),
+    x = np.concatenate([d.x for d in data])
+    return Packed(torch.from_numpy(x if cols is None else np.ascontiguousarray(x[:, cols])).float(),
                   torch.from_numpy(np.concatenate([d.roof for d in data])).double(),
                   torch.from_numpy(np.concatenate([d.count for d in data])).double(),
                   torch.from_numpy(seg).long(),
@@ -73,9 +93,10 @@ def fit(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str], cfg:
         progress: bool = False) -> StepModel:
     """A :class:`StepModel` fitted on ``data`` with measured ``y_ms``."""
     torch.manual_seed(cfg.seed)
-    p = pack(data)
+    cols = columns(cfg, data[0].x.shape[1])
+    p = pack(data, cols)
     mean, std = p.x.mean(0), p.x.std(0)
-    model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std))
+    model = StepModel(KernelMLP(p.x.shape[1], cfg.layer, mean, std), cols)
     y = torch.log(torch.tensor(y_ms, dtype=torch.float64))
     w = torch.tensor(group_weights(groups, cfg.group_power), dtype=torch.float64)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -94,8 +115,8 @@ def fit(data: Sequence[LabelData], y_ms: np.ndarray, groups: Sequence[str], cfg:
 
 
 def predict(model: StepModel, data: Sequence[LabelData]) -> np.ndarray:
-    """Step ms of each label's kernel data."""
-    p = pack(data)
+    """Step ms of each label's kernel data (the columns ``model`` was fitted on)."""
+    p = pack(data, model.columns)
     with torch.no_grad():
         return model.step_ms(p.x, p.roof, p.count, p.seg, p.launches, p.host).numpy()
 
@@ -103,7 +124,10 @@ def predict(model: StepModel, data: Sequence[LabelData]) -> np.ndarray:
 def fold_key(cfg: FitConfig, ids: Sequence[str], y_ms: np.ndarray, train: np.ndarray, test: np.ndarray) -> str:
     """A fold's identity: the fit setting, and which labels (``ids``, with
     their measured ms) it trains on and predicts."""
-    doc = {"cfg": asdict(cfg),
+    setting = asdict(cfg)
+    if not setting["drop"]:
+        del setting["drop"]  # folds kept before the setting existed stay valid
+    doc = {"cfg": setting,
            "train": sorted(f"{i}={v:.6g}" for i, v, t in zip(ids, y_ms, train) if t),
            "test": [i for i, t in zip(ids, test) if t]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]

@@ -56,11 +56,13 @@ class KernelMLP(nn.Module):
 
 
 class StepModel(nn.Module):
-    """The kernel MLP plus the launch cost and host scale (logs)."""
+    """The kernel MLP plus the launch cost and host scale (logs);
+    ``columns``: the kernel-data columns the MLP reads, in order."""
 
-    def __init__(self, mlp: KernelMLP) -> None:
+    def __init__(self, mlp: KernelMLP, columns: list[int]) -> None:
         super().__init__()
         self.mlp = mlp
+        self.columns = list(columns)
         self.log_launch_ms = nn.Parameter(torch.tensor(float(torch.log(torch.tensor(0.003))), dtype=torch.float64))
         self.log_host_scale = nn.Parameter(torch.tensor(0.0, dtype=torch.float64))
 
