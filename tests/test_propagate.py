@@ -140,3 +140,47 @@ def test_fuzz_cases_that_once_differed(case, monkeypatch):
     data, batch, _ = make_case(seeds, 1, case)
     fast, slow = _both(data, {"batch": batch}, monkeypatch)
     assert diff(slow, fast) == []
+
+
+def _pass(path, monkeypatch, memo):
+    """The pass over ``path`` at batch 2, seq 16: (shapes, values, values
+    computed, values asked for), with the value memo on or off."""
+    st = PreparedModel(onnx.ModelProto.FromString(path.read_bytes()), path.name, 10**6)
+    inputs = resolve_inputs(st.proto, 2, None, {"seq": 16}, st.weights)
+    typed_inits, input_elems, constants, late, opset = st.fast
+    typed = dict(typed_inits)
+    typed.update((n, (elem, inputs[n])) for n, elem in input_elems)
+    pr = propagate.Propagation(st.table, st.folded, typed, constants, late, st.proto, opset,
+                               st.akeys)
+    calls = {"computed": 0, "asked": 0}
+    compute, node_value = pr._compute_value, pr._node_value
+
+    def counted_compute(*a):
+        calls["computed"] += 1
+        return compute(*a)
+
+    def counted_node_value(row):
+        calls["asked"] += 1
+        return node_value(row)
+
+    monkeypatch.setattr(pr, "_compute_value", counted_compute)
+    monkeypatch.setattr(pr, "_node_value", counted_node_value)
+    if not memo:
+        monkeypatch.setattr(pr, "_value_key", lambda *a: None)
+    shapes = pr.run(st.kept, None)
+    return shapes, pr.values, calls["computed"], calls["asked"]
+
+
+def test_the_value_memo_computes_a_layers_shape_vectors_once_and_changes_no_value(monkeypatch):
+    path = ROOT / "tests/models/bert_base.onnx"  # 12 layers computing the same Reshape targets
+    shapes, values, computed, asked = _pass(path, monkeypatch, memo=True)
+    shapes0, values0, computed0, asked0 = _pass(path, monkeypatch, memo=False)
+    assert computed0 == asked0 > 500
+    assert computed < asked0 / 4  # most are looked up
+    assert shapes == shapes0
+    assert values.keys() == values0.keys()
+    for name, v in values0.items():
+        got = values[name]
+        assert (got is None) == (v is None), name
+        if v is not None:
+            assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), name

@@ -127,6 +127,10 @@ class Propagation:
         self.model = model
         self.opset = opset
         self.values: dict[str, np.ndarray | None] = {}
+        #: (op, attributes, input values, output type) -> the checked value
+        #: (None: unknown) of a folded node's output, for this pass: a
+        #: transformer's layers compute the same shape vectors layer after layer
+        self.value_memo: dict[tuple[Any, ...], np.ndarray | None] = {}
         self.producer: dict[str, int] = {}
         self.used_late = False
 
@@ -374,13 +378,59 @@ class Propagation:
         return v
 
     def _node_value(self, row: Row) -> None:
-        """Compute (or mark unknown) the values of a folded node's outputs."""
+        """Compute (or mark unknown) the values of a folded node's outputs.
+        A node whose op, attributes, output type and input values (or, for a
+        Constant, its tensor; for Shape and Size its input's type) were seen
+        in this pass takes the value computed then: the same numpy calls on
+        the same numbers give the same array (values are never written to)."""
         op, _, _, ins, outs, attrs, tensors = row[:7]
+        values = self.values
         for o in outs:
-            self.values.setdefault(o, None)
+            values.setdefault(o, None)
         out = self.shapes.get(outs[0]) if len(outs) == 1 and outs[0] else None
         if out is None or math.prod(out[1]) > MAX_CONST_ELEMS:
             return
+        key = self._value_key(op, ins, attrs, tensors, out)
+        if key is not None:
+            found = self.value_memo.get(key, _UNSEEN)
+            if found is not _UNSEEN:
+                if found is not None:
+                    values[outs[0]] = found
+                return
+        self._compute_value(op, ins, outs, attrs, tensors, out)
+        if key is not None:
+            self.value_memo[key] = values[outs[0]]
+
+    def _value_key(self, op: str, ins: tuple[str, ...], attrs: Attrs,
+                   tensors: dict[str, onnx.TensorProto], out: TypedShape) -> tuple[Any, ...] | None:
+        """The memo key of a folded node's value (None: not kept)."""
+        if op == "Constant":
+            tp = tensors.get("value") if tensors and not attrs and len(tensors) == 1 else None
+            if tp is None or tp.data_location != onnx.TensorProto.DEFAULT \
+                    or not tp.HasField("raw_data") or tp.HasField("segment"):
+                return None
+            return op, out, tp.data_type, tp.raw_data
+        if tensors:
+            return None
+        akey = repr(attrs) if attrs else None
+        if op in ("Shape", "Size"):
+            return op, akey, out, self.shapes.get(ins[0]) if ins and ins[0] else None
+        values = self.values
+        args: list[Any] = [op, akey, out]
+        for i in ins:
+            if not i:  # an optional input left out
+                args.append(None)
+                continue
+            a = values.get(i)
+            if a is None:  # unknown: _compute_value gives up at once
+                return None
+            args.append((a.dtype.str, a.shape, a.tobytes()))
+        return tuple(args)
+
+    def _compute_value(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], attrs: Attrs,
+                       tensors: dict[str, onnx.TensorProto], out: TypedShape) -> None:
+        """The value of a folded node's (one) output, into ``self.values``
+        where it is known (see :meth:`_node_value`)."""
         val: np.ndarray | None
         try:
             if op == "Constant":
@@ -425,6 +475,9 @@ class Propagation:
             raise GiveUp(f"value of {outs[0]!r} disagrees with its inferred type")
         self.values[outs[0]] = val
 
+
+#: A memo's "not seen yet" (None is a known unknown value).
+_UNSEEN: Any = object()
 
 _GRAPH = onnx.AttributeProto.GRAPH
 
