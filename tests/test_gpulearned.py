@@ -232,6 +232,23 @@ def test_ablation_table_has_a_row_per_variant_gpu_and_mode():
     assert doc["command"] in md
 
 
+
+def test_a_new_ablation_table_keeps_the_sections_written_by_hand():
+    """``ablate`` rewrites only its own part of ``ablation.md``: the first
+    time the text before the first section, after that what lies between
+    its marks; the sections written by hand stay as they were."""
+    from training.gpulearned import ablate
+
+    hand = "## A run written up by hand\n\nIts rule and its numbers.\n"
+    first = ablate.spliced("# old table\n\n| x |\n\n" + hand, "# table one\n")
+    assert first.startswith(ablate.BEGIN + "\n# table one\n" + ablate.END)
+    assert first.endswith(hand) and "old table" not in first
+    second = ablate.spliced(first + "\n## Another\n", "# table two\n")
+    assert "table one" not in second and "# table two" in second
+    assert second.endswith(hand + "\n## Another\n")
+    assert ablate.spliced(None, "# t\n") == f"{ablate.BEGIN}\n# t\n{ablate.END}\n"
+
+
 def test_the_memory_roofline_moves_what_fits_in_l2_at_the_l2s_bandwidth():
     """A kernel's bytes that the L2 holds move at the L2's bandwidth, the
     rest at DRAM's; ``share`` 0 is DRAM only; a kernel far larger than the
