@@ -3,6 +3,7 @@ interface (learned layer and prior), precision, layout, optimizer, MIG slices,
 power cap, and the CLI (perfseer_rt/gpu/predictor.py, entries.py)."""
 
 import json
+import math
 
 import onnx
 import pytest
@@ -58,6 +59,23 @@ def test_every_gpu_model_answers_every_metric_with_units_and_meanings(tfm_path, 
     assert lat["value"] >= max(lat["gpu_busy_ms"], lat["host_ms"]) - 1e-3
     assert r["mig"]["profile"] and len(r["mig"]["profiles"]) == 6  # H100's MIG table
     assert isinstance(implementation(registry.get_predictor("h100-sxm"), model_name).predict, object)
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_every_gpu_model_states_an_interval_from_its_own_errors_on_the_public_labels(tfm_path, mode):
+    """Each of learned, prior and blend answers with the interval its own
+    10th-90th percentile of measured / predicted spans in that mode, as the
+    learned layer's report recorded it; the prior's (never fitted on those
+    labels) too, where before it gave none."""
+    layer = registry.get_predictor("h100-sxm").folder / "_gpu_learned" / "learned.json"
+    by_mode = json.loads(layer.read_text())["accuracy"]["by_mode"][mode]
+    for m in ("learned", "prior", "blend"):
+        (r,) = api.predict(tfm_path, batch=8, device="h100-sxm", model=m, mode=mode)
+        lat = r["metrics"]["step_ms" if mode == "train" else "latency_ms"]
+        lo, hi = by_mode[m]["log_q"]
+        assert lat["interval"] == pytest.approx([lat["value"] * math.exp(lo), lat["value"] * math.exp(hi)],
+                                                rel=1e-3), m
+        assert lat["coverage"] == 0.8
 
 
 @pytest.mark.parametrize("mode", ["inference", "train"])

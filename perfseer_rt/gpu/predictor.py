@@ -304,6 +304,17 @@ class PriorGpuPredictor(GpuPredictor):
         prior = load_prior(str((self.pred.folder / "_gpu_prior").resolve()))
         return pricing.price(table, spec, prior, PRIOR_LAUNCH_MS)
 
+    def accuracy(self) -> dict[str, Any] | None:
+        """The record of the learned layer's report, which scores the prior
+        too, per mode, on the same public whole-model labels (none of which
+        the prior was fitted on); None where that layer is not installed."""
+        try:
+            layer = L.load_learned(str((self.pred.folder / "_gpu_learned").resolve()))
+        except DeviceError:
+            return None
+        acc: dict[str, Any] | None = layer.doc.get("accuracy")
+        return acc
+
     def provenance(self) -> str:
         return PROVENANCE
 
