@@ -329,3 +329,21 @@ def test_the_report_prices_the_blend_and_names_each_modes_default(tmp_path, laye
     md = (tmp_path / "README.md").read_text()
     assert "inference answered by the one at P = 0.5, training steps by the one at P = 1" in md
     assert "inference: learned, train: blend" in md
+
+
+def test_the_committed_report_is_its_cv_json_rendered_with_the_kind_and_layout_table():
+    """``reports/gpu-learned/README.md`` is exactly what ``markdown`` makes of
+    the committed ``cv.json`` (no figure edited by hand), and the table by
+    kind, layout and mode is the one its rows give: every row counted once,
+    each cell's MAPE the rows' own."""
+    from training.gpulearned import report
+
+    root = Path(__file__).resolve().parents[1]
+    cv = json.loads((root / "reports/gpu-learned/cv.json").read_text())
+    assert (root / "reports/gpu-learned/README.md").read_text() == report.markdown(cv)
+    table = report.row_tables(cv["rows"])["by_kind_layout"]
+    assert cv["by_kind_layout"] == table
+    assert sum(cell["prior"]["n"] for cell in table.values()) == len(cv["rows"])
+    rows = [r for r in cv["rows"] if (r["kind"], r["layout"], r["mode"]) == ("cnn", "nhwc", "train")]
+    mape = 100 * np.mean([abs(r["logo_ms"] / r["measured_ms"] - 1) for r in rows])
+    assert table["cnn nhwc train"]["learned_logo"]["mape"] == pytest.approx(mape, abs=0.05)

@@ -1,10 +1,17 @@
 """``reports/gpu-learned/``: held-out accuracy of the learned layer against
 the kernel prior, per source, GPU, precision, mode, layout and kind of
-architecture (``cv.json`` with every label's predictions, ``README.md``)."""
+architecture (``cv.json`` with every label's predictions, ``README.md``).
+
+    python -m training.gpulearned.report [reports/gpu-learned/cv.json]
+
+renders ``README.md`` again from a ``cv.json`` (no fitting), adding the
+tables computed from its rows (:func:`row_tables`) that an older run did
+not write."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +49,21 @@ def breakdown(labels: Sequence[Label], y: np.ndarray, preds: dict[str, np.ndarra
     for i, lab in enumerate(labels):
         idx[key(lab)].append(i)
     return {k: {name: stats(p[v], y[v]) for name, p in preds.items()} for k, v in sorted(idx.items())}
+
+
+def row_tables(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The breakdowns computed from ``cv.json``'s rows alone (their
+    predictions as the rows round them): ``by_kind_layout``, every kind of
+    architecture by layout and mode (channels-last is timm's only)."""
+    y = np.array([r["measured_ms"] for r in rows])
+    prior, logo, fam = (np.array([r[k] for r in rows]) for k in ("prior_ms", "logo_ms", "family_ms"))
+    preds = {"prior": prior, "learned_logo": logo, "learned_family": fam,
+             "blend_logo": blend(logo, prior), "blend_family": blend(fam, prior)}
+    idx: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        idx[f"{r['kind']} {r['layout']} {r['mode']}"].append(i)
+    return {"by_kind_layout": {k: {name: stats(p[v], y[v]) for name, p in preds.items()}
+                               for k, v in sorted(idx.items())}}
 
 
 def accuracy_block(cv: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +109,7 @@ def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, 
                      "source": lab.source, "measured_ms": lab.ms, "prior_ms": round(float(p), 4),
                      "logo_ms": round(float(a), 4), "family_ms": round(float(b), 4)}
                     for lab, p, a, b in zip(labels, prior, logo, fam)]}
+    doc.update(row_tables(doc["rows"]))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "cv.json", (json.dumps(doc, indent=1) + "\n").encode())
     atomic_write_bytes(out / "README.md", markdown(doc).encode())
@@ -183,5 +206,27 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += _table("By GPU", doc["by_gpu"])
     lines += _table("By kind of architecture", doc["by_kind"])
     lines += _table("By layout", doc["by_layout"])
+    if "by_kind_layout" in doc:
+        lines += _table("By kind of architecture, layout and mode", doc["by_kind_layout"])
     return "\n".join(lines) + "\n"
+
+
+def render(path: Path) -> dict[str, Any]:
+    """Add :func:`row_tables` to the ``cv.json`` at ``path`` and write it and
+    the ``README.md`` beside it again; the other figures stay as the run
+    wrote them (the exported layer's record repeats some of them)."""
+    doc = json.loads(path.read_text())
+    doc.update(row_tables(doc["rows"]))
+    atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write_bytes(path.parent / "README.md", markdown(doc).encode())
+    return doc
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / \
+        "reports" / "gpu-learned" / "cv.json"
+    if not target.is_file():
+        print(f"error: {target}: no such cv.json", file=sys.stderr)
+        raise SystemExit(2)
+    render(target)
 
