@@ -307,3 +307,27 @@ def test_gaps_appear_only_where_the_host_is_slower_than_the_kernels():
     assert gaps == pytest.approx([0.01, 0.9, 0.9, 0.0])  # the GPU waits for two slow dispatches
     ahead = host_gaps(np.array([5.0, 0.1, 0.1]), np.array([0.01, 1.0, 1.0]))
     assert ahead == pytest.approx([0.01, 0.0, 0.0])  # the host ran ahead during the long kernel
+
+
+def test_nchw_transposes_frame_each_dense_half_precision_conv_only_when_asked():
+    """With ``nchw_transposes`` an NCHW AMP step gets one ``copy`` (two
+    launches, no framework op) per dense convolution kernel - forward, dgrad
+    and wgrad - moving twice its bytes less its fp16 weight, in its phase;
+    channels-last, fp32-strict, depthwise work and the flag's default add none."""
+    g = extract(CNN, batch=8)
+    strict = get_precision("fp32-strict")
+    for mode in ("inference", "train"):
+        base = step.kernels(g, step.StepConfig(AMP, mode=mode))
+        with_t = step.kernels(g, step.StepConfig(AMP, mode=mode, nchw_transposes=True))
+        convs = base.select((base["cls"] == "conv") & np.isin(base["peak"], ["fp16", "bf16"]))
+        added = with_t.select(np.arange(len(with_t)) >= len(base))
+        assert len(convs) > 0 and len(added) == len(convs)
+        assert set(classes(added)) == {"copy"}
+        assert list(added["phase"]) == list(convs["phase"])
+        np.testing.assert_allclose(added["bytes"], 2 * (convs["bytes"] - 2 * convs["n"] * convs["k"]))
+        assert (added["bytes"] > 0).all() and (added["launches"] == 2).all() and (added["host_ops"] == 0).all()
+        assert with_t.launches == base.launches + 2 * len(convs)
+        nhwc = step.kernels(g, step.StepConfig(AMP, mode=mode, layout="nhwc", nchw_transposes=True))
+        assert len(nhwc) == len(base)
+        fp32 = step.kernels(g, step.StepConfig(strict, mode=mode, nchw_transposes=True))
+        assert len(fp32) == len(step.kernels(g, step.StepConfig(strict, mode=mode)))

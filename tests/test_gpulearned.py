@@ -189,7 +189,8 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     columns, ``add:clock`` appends the GPU's log2 boost clock (GHz) as one
     column, ``l2share:A`` recomputes the memory roofline, ``seed:N`` and
     ``groups:P`` keep the data and change only the fit, ``A,B`` applies
-    both; an unknown feature is refused."""
+    both, ``transposes`` takes the data rebuilt with the layout transposes;
+    an unknown feature is refused."""
     from training.gpulearned import ablate, dataset
 
     lab = _label(layer_files[1])
@@ -215,6 +216,11 @@ def test_ablation_variants_change_only_what_they_name(layer_files):
     assert cfg.group_power == 0.5 and cfg.drop == ("log10_tc_us", "log10_tm_us") and both is data
     with pytest.raises(ValueError, match="no feature named"):
         ablate.variant_data("drop:not_a_feature", [lab], data, 7)
+    rebuilt = [label_data(lab, SPEC, transposes=True)]  # ``transposes``: the data rebuilt, same fit
+    got, cfg = ablate.variant_data("transposes", [lab], data, 7, lambda: rebuilt)
+    assert got is rebuilt and cfg == FT.FitConfig(epochs=7)
+    with pytest.raises(ValueError, match="unknown variant"):  # without a way to rebuild: refused
+        ablate.variant_data("transposes", [lab], data, 7)
 
 
 def test_ablation_table_has_a_row_per_variant_gpu_and_mode():

@@ -16,6 +16,10 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
   input the shipped layer does not have;
 * ``add:l2fit``: plus the share of a kernel's bytes that fit in L2,
   ``min(1, L2 / bytes)``.
+* ``transposes``: the kernel data rebuilt with cuDNN's NCHW <-> NHWC
+  transposes around half-precision convolutions in NCHW steps
+  (:func:`perfseer_rt.gpu.step.layout_transposes`; the prior's answers
+  with them too, reported as ``prior``);
 * ``A,B``: variant ``A``, then ``B`` on its result (``groups:0.5,drop:log2_bytes_over_l2``);
 * ``groups:P``: labels weighted ``1 / n ** P`` by the size ``n`` of their
   (source, GPU, mode) group (:class:`training.gpulearned.fit.FitConfig`'s
@@ -26,7 +30,9 @@ Variants (each fits on every label but the held-out GPU's, as ``cv`` does):
   time features recomputed (:func:`training.gpulearned.dataset.retime_memory`).
 
 Writes ``OUT/ablation.json`` (MAPE and median signed error in % per
-variant, held-out GPU and mode); the README of ``OUT`` quotes it.
+variant, held-out GPU and mode, and per mode and layout as ``"MODE LAYOUT"``;
+``prior``: the kernel prior on the same labels); the README of ``OUT``
+quotes it.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from perfseer_rt.gpu.specs import GpuSpec
 from perfseer_rt.graph.perfgraph import atomic_write_bytes
 from training.gpulearned import dataset, report
 from training.gpulearned import fit as FT
+from training.gpulearned import tables as T
 from training.gpulearned.tables import Label, LabelData
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,21 +74,27 @@ def _l2fit(x: np.ndarray, spec: GpuSpec) -> np.ndarray:
 EXTRAS: dict[str, Extra] = {"clock": _clock, "l2fit": _l2fit}
 
 
+Rebuilt = Callable[[], list[LabelData]]
+
+
 def variant_data(name: str, labels: list[Label], data: list[LabelData],
-                 epochs: int) -> tuple[list[LabelData], FT.FitConfig]:
+                 epochs: int, transposed: Rebuilt | None = None) -> tuple[list[LabelData], FT.FitConfig]:
     """The kernel data and fit of variant ``name`` (module doc); variants
-    joined by ``,`` apply one after the other (``groups:0.5,drop:A``)."""
+    joined by ``,`` apply one after the other (``groups:0.5,drop:A``);
+    ``transposed``: gives the labels' data with the layout transposes."""
     cfg = FT.FitConfig(epochs=epochs)
     for part in name.split(","):
-        data, cfg = _one_variant(part, labels, data, cfg)
+        data, cfg = _one_variant(part, labels, data, cfg, transposed)
     return data, cfg
 
 
 def _one_variant(name: str, labels: list[Label], data: list[LabelData],
-                 cfg: FT.FitConfig) -> tuple[list[LabelData], FT.FitConfig]:
+                 cfg: FT.FitConfig, transposed: Rebuilt | None = None) -> tuple[list[LabelData], FT.FitConfig]:
     kind, _, arg = name.partition(":")
     if kind == "base":
         return data, cfg
+    if kind == "transposes" and transposed is not None:
+        return transposed(), cfg
     if kind == "seed":
         return data, replace(cfg, seed=int(arg))
     if kind == "groups":
@@ -98,7 +111,7 @@ def _one_variant(name: str, labels: list[Label], data: list[LabelData],
         return [replace(d, x=np.concatenate([d.x, EXTRAS[arg](d.x, specs[lab.gpu])], 1).astype(np.float32))
                 for lab, d in zip(labels, data)], cfg
     raise ValueError(f"unknown variant {name!r} (base, seed:N, groups:P, drop:A+B, add:{'|'.join(EXTRAS)}, "
-                     "l2share:A)")
+                     "l2share:A, transposes)")
 
 
 def held_out(labels: list[Label], data: list[LabelData], gpu: str, cfg: FT.FitConfig
@@ -109,9 +122,15 @@ def held_out(labels: list[Label], data: list[LabelData], gpu: str, cfg: FT.FitCo
     test = np.array([lab.gpu == gpu for lab in labels])
     model = FT.fit([d for d, t in zip(data, test) if not t], y[~test],
                    [g for g, t in zip(groups, test) if not t], cfg)
-    pred = FT.predict(model, [d for d, t in zip(data, test) if t])
+    kept = [d for d, t in zip(data, test) if t]
+    pred = FT.predict(model, kept)
+    prior = np.array([d.prior_ms for d in kept])
     modes = np.array([lab.mode for lab, t in zip(labels, test) if t])
-    return {m: report.stats(pred[modes == m], y[test][modes == m]) for m in sorted(set(modes))}
+    keys = np.array([f"{lab.mode} {lab.layout}" for lab, t in zip(labels, test) if t])
+    out = {m: report.stats(pred[modes == m], y[test][modes == m]) for m in sorted(set(modes))}
+    out.update({k: report.stats(pred[keys == k], y[test][keys == k]) for k in sorted(set(keys))})
+    out["prior"] = {k: report.stats(prior[keys == k], y[test][keys == k]) for k in sorted(set(keys))}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,10 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     prior = load_prior(str(REPO / "exported_models" / "_gpu_prior"))
     labels, data, _ = dataset.build(args.data, args.cache, prior, ours=None)
+
+    def transposed() -> list[LabelData]:
+        again, tdata, _ = dataset.build(args.data, args.cache, prior, ours=None, transposes=True)
+        if [T.label_id(a) for a in again] != [T.label_id(b) for b in labels]:
+            raise ValueError("the labels rebuilt with the layout transposes are not the same labels")
+        return tdata
+
     rows = []
     for name in tqdm(args.variants, desc="variants"):
         try:
-            vdata, cfg = variant_data(name, labels, data, args.epochs)
+            vdata, cfg = variant_data(name, labels, data, args.epochs, transposed)
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
@@ -170,19 +196,23 @@ def spliced(old: str | None, table: str) -> str:
 
 
 def markdown(doc: dict) -> str:
-    """``ablation.md``: the variants' held-out error, one row per variant and
-    held-out GPU and mode (MAPE % and median signed error %, n labels)."""
+    """``ablation.md``: the variants' held-out error, one row per variant,
+    held-out GPU and mode (and mode and layout, where the run split them:
+    MAPE % and median signed error %, n labels; the prior's MAPE beside)."""
     lines = ["# The learned GPU layer with one GPU held out, under variants of the fit", "",
              f"Regenerate: `{doc['command']}` ({doc['labels']} labels, all measured by others; "
              "variants: training/gpulearned/ablate.py).", "",
-             "| variant | held out | mode | labels | MAPE % | median signed % | within 20 % |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+             "| variant | held out | mode | labels | MAPE % | median signed % | within 20 % | prior MAPE % |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in doc["rows"]:
-        for mode in ("inference", "train"):
-            st = row.get(mode)
-            if st and st.get("n"):
+        groups = sorted(k for k, v in row.items() if k not in ("variant", "held_out", "prior")
+                        and isinstance(v, dict))
+        for mode in groups:
+            st = row[mode]
+            prior = (row.get("prior") or {}).get(mode) or {}
+            if st.get("n"):
                 lines.append(f"| {row['variant']} | {row['held_out']} | {mode} | {st['n']} | {st['mape']} | "
-                             f"{st['median']:+} | {st['within_20']} |")
+                             f"{st['median']:+} | {st['within_20']} | {prior.get('mape', '')} |")
     return "\n".join(lines) + "\n"
 
 

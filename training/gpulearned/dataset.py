@@ -63,17 +63,19 @@ def _save(path: Path, d: LabelData) -> None:
     tmp.replace(path)
 
 
-def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Path | None = None
-          ) -> tuple[list[Label], list[LabelData], dict[str, int]]:
+def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Path | None = None,
+          transposes: bool = False) -> tuple[list[Label], list[LabelData], dict[str, int]]:
     """Labels and their kernel data (cached); counts of what was skipped.
     ``root``: the public records (measured by others); ``ours``: our own
-    GPU records (``data/gpu``), added as source ``"ours"`` when given."""
+    GPU records (``data/gpu``), added as source ``"ours"`` when given;
+    ``transposes``: kernels with the NCHW layout transposes
+    (:func:`perfseer_rt.gpu.step.layout_transposes`; cached apart)."""
     timm, neusight, skipped = LB.load(root, cache)
     if ours is not None:
         mine, skipped_ours = LB.our_labels(ours, cache)
         timm += mine
         skipped.update(skipped_ours)
-    folder = cache / "gpulearned" / LF.FEATURE_VERSION
+    folder = cache / "gpulearned" / (LF.FEATURE_VERSION + ("+transposes" if transposes else ""))
     folder.mkdir(parents=True, exist_ok=True)
     jobs = [(lab, None) for lab in timm] + [(lab, m) for lab, m in neusight]
     paths = [folder / f"{_key(lab, model.name if model else '')}.npz" for lab, model in jobs]
@@ -88,10 +90,11 @@ def build(root: Path, cache: Path, prior: Prior, progress: bool = True, ours: Pa
             spec = shipped_sheet(lab.gpu).to_gpu_spec()
             try:
                 if model is None:
-                    data = label_data(lab, spec, prior)
+                    data = label_data(lab, spec, prior, transposes)
                 else:
                     exports = LB.layer_exports(model, lab.mode, cache)
-                    one, two = (label_data(LB.with_onnx(lab, exports[k]), spec, prior) for k in (1, 2))
+                    one, two = (label_data(LB.with_onnx(lab, exports[k]), spec, prior, transposes)
+                                for k in (1, 2))
                     data = extrapolate(one, two, model.layers)
             except PerfSeerError as exc:
                 why = f"extraction failed: {type(exc).__name__}"

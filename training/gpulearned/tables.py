@@ -71,18 +71,20 @@ def _graph(onnx: str, batch: int, dims: tuple[tuple[str, int], ...]) -> Any:
 
 @lru_cache(maxsize=16)
 def _table(onnx: str, batch: int, dims: tuple[tuple[str, int], ...], precision: str, mode: str,
-           optimizer: str | None, sdpa: bool) -> KernelTable:
+           optimizer: str | None, sdpa: bool, layout: str = "nchw", transposes: bool = False) -> KernelTable:
     cfg = step.StepConfig(get_precision(precision), mode=mode,
                           optimizer=B.get_optimizer(optimizer) if optimizer else None, sdpa=sdpa,
-                          update=optimizer is not None)
+                          update=optimizer is not None, layout=layout, nchw_transposes=transposes)
     return step.kernels(_graph(onnx, batch, dims), cfg)
 
 
-def label_data(label: Label, spec: GpuSpec, prior: Prior | None = None) -> LabelData:
+def label_data(label: Label, spec: GpuSpec, prior: Prior | None = None,
+               transposes: bool = False) -> LabelData:
     """The kernel data of ``label`` on ``spec`` (module doc); with ``prior``,
-    the step as the kernel prior prices it too."""
+    the step as the kernel prior prices it too; ``transposes``: with the
+    NCHW layout transposes of :func:`perfseer_rt.gpu.step.layout_transposes`."""
     table = _table(label.onnx, label.batch, label.dims, label.precision, label.mode, label.optimizer,
-                   label.sdpa)
+                   label.sdpa, label.layout if transposes else "nchw", transposes)
     prec = get_precision(label.precision)
     x = LF.features(table, spec, label.layout, prec.half)
     t_c, t_m = LF.roofline_ms(table, spec)
