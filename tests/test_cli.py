@@ -140,3 +140,25 @@ def test_bad_input_one_line_exit_2_no_traceback(tmp_path, case):
                 "truncated": "truncated or corrupt", "dynamic": "is dynamic"}[case]
     assert expected in lines[0] and lines[0].startswith("perfseer-rt: error:")
     assert proc.stdout == ""
+
+
+def test_extract_onto_its_own_model_refuses_and_leaves_the_model(model_path, tmp_path):
+    """``extract M -o M`` would replace the model with the arrays: exit 2, one
+    line, the model's bytes unchanged."""
+    target = tmp_path / "m.onnx"
+    target.write_bytes(open(model_path, "rb").read())
+    before = target.read_bytes()
+    r = run("extract", target, "-o", target)
+    assert r.exit_code == 2 and "the model itself" in r.output and len(r.output.strip().splitlines()) == 1
+    assert target.read_bytes() == before
+
+
+def test_a_dim_naming_the_batch_axis_must_agree_with_batch():
+    """``--dim batch=4 --batch 8`` on a model whose first dim is named
+    ``batch`` is a contradiction: exit 2 naming both, not the batch-4 answer
+    labelled batch 8; the two agreeing is accepted."""
+    bert = "tests/models/bert_small.onnx"
+    r = run("extract", bert, "--dim", "batch=4", "--dim", "seq=16", "--batch", "8")
+    assert r.exit_code == 2 and "--dim batch=4 conflicts with --batch 8" in r.output
+    ok = run("extract", bert, "--dim", "batch=8", "--dim", "seq=16", "--batch", "8")
+    assert ok.exit_code == 0 and json.loads(ok.output)["input_shapes"]["input_ids"] == [8, 16]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from perfseer_rt.cli.common import dim_opt, emit_json, input_opt, parse_dims, parse_input_shapes
+from perfseer_rt.errors import OutputError
 from perfseer_rt.graph.extract import extract as do_extract
 from perfseer_rt.graph.perfgraph import PerfGraph
 from perfseer_rt.graph.summary import layer_table, summarize
@@ -25,6 +28,8 @@ _batch_opt = click.option("--batch", type=click.IntRange(min=1), default=None,
 def extract(model: str, batch: int | None, inputs: tuple[str, ...], dims: tuple[str, ...],
             as_json: bool, output: str | None) -> None:
     """Extract the PerfGraph of MODEL."""
+    if output and os.path.exists(output) and os.path.samefile(output, model):
+        raise OutputError(f"-o {output}: that is the model itself; extracting would overwrite it")
     graph = do_extract(model, batch=batch, input_shapes=parse_input_shapes(inputs),
                        dims=parse_dims(dims))
     _warn_unknown(graph)

@@ -210,6 +210,9 @@ def resolve_inputs(model: onnx.ModelProto, batch: int | None,
                         f"axis or use --batch {d.dim_value}")
                 dims_out.append(d.dim_value)
             elif d.dim_param and d.dim_param in dims:
+                if i == 0 and batch is not None and dims[d.dim_param] != batch and len(mdims) > 1:
+                    raise ShapeError(f"--dim {d.dim_param}={dims[d.dim_param]} conflicts with --batch "
+                                     f"{batch} (input {vi.name!r} dim 0 is {d.dim_param!r}); give one")
                 dims_out.append(dims[d.dim_param])
             elif d.dim_param and (value := dim_expressions.evaluate(d.dim_param, dims)) \
                     is not None:  # "past_sequence_length + sequence_length"
