@@ -109,7 +109,8 @@ def write(out: Path, labels: Sequence[Label], y: np.ndarray, prior: np.ndarray, 
                      "source": lab.source, "measured_ms": lab.ms, "prior_ms": round(float(p), 4),
                      "logo_ms": round(float(a), 4), "family_ms": round(float(b), 4)}
                     for lab, p, a, b in zip(labels, prior, logo, fam)]}
-    doc.update(row_tables(doc["rows"]))
+    rows: list[dict[str, Any]] = doc["rows"]  # type: ignore[assignment]  # the list built just above
+    doc.update(row_tables(rows))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "cv.json", (json.dumps(doc, indent=1) + "\n").encode())
     atomic_write_bytes(out / "README.md", markdown(doc).encode())
